@@ -1,0 +1,38 @@
+"""ctxledger's log: an append-only, checksummed, hash-chained event log."""
+
+from .backend import LogBackend
+from .errors import (
+    CorruptLogError,
+    HeadMismatchError,
+    InvalidEventError,
+    LedgerClosedError,
+    LedgerError,
+    LedgerIOError,
+    LockTimeout,
+    StoreNotFoundError,
+    UnsupportedFormatError,
+    WriterPoisonedError,
+)
+from .event import Event, Receipt
+from .ledger import SYNC_MODES, Ledger
+from .verify import Problem, VerifyReport
+
+__all__ = [
+    "SYNC_MODES",
+    "CorruptLogError",
+    "Event",
+    "HeadMismatchError",
+    "InvalidEventError",
+    "Ledger",
+    "LedgerClosedError",
+    "LedgerError",
+    "LedgerIOError",
+    "LockTimeout",
+    "LogBackend",
+    "Problem",
+    "Receipt",
+    "StoreNotFoundError",
+    "UnsupportedFormatError",
+    "VerifyReport",
+    "WriterPoisonedError",
+]

@@ -1,0 +1,34 @@
+"""The system calls the log's I/O shell uses, named in one place.
+
+Fault-injection tests replace these attributes (``_osio.fsync = boom``) to
+prove that a failing write or sync never acknowledges anything.
+"""
+
+from __future__ import annotations
+
+import os
+
+pwrite = os.pwrite
+fsync = os.fsync
+fdatasync = getattr(os, "fdatasync", os.fsync)
+ftruncate = os.ftruncate
+replace = os.replace
+
+
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    """pwrite until every byte is written (a short write is not an error by itself)."""
+    view = memoryview(data)
+    while view:
+        n = pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError("short write")
+        view = view[n:]
+        offset += n
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,84 @@
+"""The errors ctxledger raises on purpose.
+
+Every error a user can meet is a :class:`LedgerError`; the CLI turns one into a
+single line on stderr and exit code 1. Each carries what a user needs to act.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LedgerError(Exception):
+    """Base of every error ctxledger raises on purpose."""
+
+
+class InvalidEventError(LedgerError, ValueError):
+    """An event (or its data) that may not be written; nothing was written."""
+
+
+class CorruptLogError(LedgerError):
+    """Media corruption: bad bytes followed by valid frames, or a damaged header."""
+
+    def __init__(self, segment: Path | str, offset: int, reason: str) -> None:
+        self.segment = Path(segment)
+        self.offset = offset
+        self.reason = reason
+        super().__init__(
+            f"{self.segment.name}: corrupt log at byte {offset} ({reason}); "
+            "run `ctxledger verify` for a report"
+        )
+
+
+class UnsupportedFormatError(LedgerError):
+    """A segment written by a newer ctxledger than this one."""
+
+    def __init__(self, segment: Path | str, version: int, known: int) -> None:
+        self.segment = Path(segment)
+        self.version = version
+        super().__init__(
+            f"{self.segment.name}: log format version {version} is newer than this "
+            f"ctxledger understands (<= {known}); upgrade ctxledger"
+        )
+
+
+class LockTimeout(LedgerError):
+    """Another writer held the log lock for longer than the bounded wait."""
+
+    def __init__(self, lock_path: Path | str, holder_pid: int | None, waited: float) -> None:
+        self.lock_path = Path(lock_path)
+        self.holder_pid = holder_pid
+        self.waited = waited
+        who = f"process {holder_pid}" if holder_pid else "another process"
+        super().__init__(
+            f"log is locked by {who} ({self.lock_path}); gave up after {waited:.1f}s"
+        )
+
+
+class HeadMismatchError(LedgerError):
+    """Optimistic concurrency: the log moved on since the caller looked."""
+
+    def __init__(self, expected: int, actual: int) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"expected log head {expected}, but it is {actual}; nothing written")
+
+
+class LedgerIOError(LedgerError):
+    """An operating-system error at the storage boundary (disk full, EIO, ...)."""
+
+
+class WriterPoisonedError(LedgerIOError):
+    """A sync failed earlier; this handle refuses appends until the log is reopened."""
+
+
+class LedgerClosedError(LedgerError):
+    """The ledger handle was closed."""
+
+
+class StoreNotFoundError(LedgerError):
+    """No store at the given root (and the command does not create one)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        super().__init__(f"no ctxledger store at {self.path} (run `ctxledger init` first)")
