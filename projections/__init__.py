@@ -1,0 +1,36 @@
+"""ctxledger's views: folds over the log, and the agent-facing ContextStore."""
+
+from .cache import CacheState, EntryRef
+from .config import ConfigError, StoreConfig
+from .packet import InvalidPacketError, cache_key_of, canonical_bytes, check_packet
+from .runner import Projection, Runner, fold
+from .store import (
+    CacheEntry,
+    ContextStore,
+    EntrySummary,
+    PruneResult,
+    PutResult,
+    replay,
+    store_dir,
+)
+
+__all__ = [
+    "CacheEntry",
+    "CacheState",
+    "ConfigError",
+    "ContextStore",
+    "EntryRef",
+    "EntrySummary",
+    "InvalidPacketError",
+    "Projection",
+    "PruneResult",
+    "PutResult",
+    "Runner",
+    "StoreConfig",
+    "cache_key_of",
+    "canonical_bytes",
+    "check_packet",
+    "fold",
+    "replay",
+    "store_dir",
+]

@@ -1,0 +1,167 @@
+"""Authenticated, atomic, disposable checkpoints: one primary and one backup per view.
+
+File layout (``checkpoints/<name>.ckpt`` and ``<name>.ckpt.bak``)::
+
+    8   magic b"CTXLCKP1"
+    4   header length h (u32 LE)
+    h   CBOR header {"name", "version", "seq", "digest", "written_at"}
+    n   body (the view's own encoding)
+    32  keyed blake3 MAC of everything before it (key: checkpoints/KEY, mode 0600)
+
+A checkpoint is only ever a cache of the fold: any doubt (bad MAC, other
+version, a watermark this log does not have) and the caller rebuilds.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import struct
+import time
+from pathlib import Path
+
+import attrs
+import blake3
+import cbor2
+
+from eventstore import LedgerIOError
+
+MAGIC = b"CTXLCKP1"
+MAC_SIZE = 32
+_LEN = struct.Struct("<I")
+
+
+@attrs.frozen
+class Checkpoint:
+    name: str
+    version: int
+    seq: int
+    digest: bytes
+    body: bytes
+    source: str  # "primary" or "backup"
+
+
+class CheckpointDir:
+    """The ``checkpoints/`` directory: key handling, reads and atomic writes."""
+
+    def __init__(self, path: Path, *, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self._key: bytes | None = None
+
+    def _load_key(self, create: bool) -> bytes | None:
+        if self._key is not None:
+            return self._key
+        kpath = self.path / "KEY"
+        try:
+            key = kpath.read_bytes()
+            if len(key) == 32:
+                self._key = key
+                return key
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        if not create:
+            return None
+        # a missing or garbled key makes every existing checkpoint unverifiable: start anew
+        key = secrets.token_bytes(32)
+        tmp = self.path / "KEY.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, key)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, kpath)
+        self._key = key
+        return key
+
+    def load(self, name: str) -> tuple[list[Checkpoint], list[str]]:
+        """Usable-looking checkpoints (primary first) and why others were refused."""
+        key = self._load_key(create=False)
+        found: list[Checkpoint] = []
+        refused: list[str] = []
+        for suffix, source in ((".ckpt", "primary"), (".ckpt.bak", "backup")):
+            try:
+                raw = (self.path / (name + suffix)).read_bytes()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                refused.append(f"{source}: unreadable")
+                continue
+            if key is None:
+                refused.append(f"{source}: no key")
+                continue
+            ck, why = _decode(raw, key, name, source)
+            if ck is None:
+                refused.append(f"{source}: {why}")
+            else:
+                found.append(ck)
+        return found, refused
+
+    def write(self, name: str, version: int, seq: int, digest: bytes, body: bytes) -> None:
+        """temp file, fsync, primary -> backup, temp -> primary, directory fsync."""
+        if self.readonly:
+            return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            key = self._load_key(create=True)
+            assert key is not None
+            header = cbor2.dumps(
+                {"name": name, "version": version, "seq": seq, "digest": digest,
+                 "written_at": time.time()}
+            )
+            h = blake3.blake3(key=key)
+            prefix = MAGIC + _LEN.pack(len(header)) + header
+            h.update(prefix)
+            h.update(body)
+            primary = self.path / (name + ".ckpt")
+            tmp = self.path / (name + ".ckpt.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                for part in (prefix, body, h.digest()):
+                    view = memoryview(part)
+                    while view:
+                        view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if primary.exists():
+                os.replace(primary, self.path / (name + ".ckpt.bak"))
+            os.replace(tmp, primary)
+            dfd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as e:
+            raise LedgerIOError(f"cannot write checkpoint {name}: {e.strerror or e}") from e
+
+    def remove(self, name: str) -> None:
+        for suffix in (".ckpt", ".ckpt.bak", ".ckpt.tmp"):
+            try:
+                (self.path / (name + suffix)).unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _decode(raw: bytes, key: bytes, name: str, source: str) -> tuple[Checkpoint | None, str]:
+    if len(raw) < len(MAGIC) + 4 + MAC_SIZE or raw[:8] != MAGIC:
+        return None, "not a checkpoint"
+    body_end = len(raw) - MAC_SIZE
+    mac = blake3.blake3(memoryview(raw)[:body_end], key=key).digest()
+    if not secrets.compare_digest(mac, raw[body_end:]):
+        return None, "MAC mismatch"
+    (hlen,) = _LEN.unpack_from(raw, 8)
+    try:
+        header = cbor2.loads(raw[12 : 12 + hlen])
+        ck = Checkpoint(
+            header["name"], int(header["version"]), int(header["seq"]), bytes(header["digest"]),
+            raw[12 + hlen : body_end], source,
+        )
+    except Exception:
+        return None, "bad header"
+    if ck.name != name:
+        return None, "belongs to another view"
+    return ck, ""

@@ -1,0 +1,362 @@
+"""ContextStore: the agent-facing API over one project's ledger and its views."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from eventstore import Event, Ledger, LedgerError, StoreNotFoundError
+
+from . import cache
+from .cache import CacheState, EntryRef
+from .checkpoints import CheckpointDir
+from .config import StoreConfig
+from .packet import check_packet, cache_key_of
+from .runner import Progress, Projection, Runner, State, fold
+
+STORE_DIR = ".ctxledger"
+CACHE = Projection(cache.NAME, cache.VERSION, CacheState, CacheState.from_bytes)
+
+
+def projections() -> list[Projection]:
+    """Every view the store keeps, in fold order."""
+    return [CACHE]
+
+
+@attrs.frozen
+class PutResult:
+    cache_key: str
+    seq: int
+    created_at_unix: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache_key": self.cache_key, "seq": self.seq, "created_at_unix": self.created_at_unix}
+
+
+@attrs.frozen
+class CacheEntry:
+    """Packet28's ``PacketCacheEntry``: the packet, when it was cached, and how."""
+
+    cache_key: str
+    target: str
+    created_at_unix: int
+    body: dict[str, Any]
+    metadata: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class EntrySummary:
+    cache_key: str
+    target: str
+    created_at_unix: int
+    expires_at_unix: int
+    seq: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class PruneResult:
+    removed: int
+    remaining: int
+    reasons: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def store_dir(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / STORE_DIR
+
+
+class ContextStore:
+    """Open with :meth:`open`; close (or use as a context manager) to checkpoint.
+
+    ``readonly`` stores never write anything (no checkpoints either): the CLI's
+    read commands use them, so looking never changes a store.
+    """
+
+    def __init__(self, root: Path, ledger: Ledger, runner: Runner, config: StoreConfig,
+                 clock: Callable[[], float], readonly: bool) -> None:
+        self.root = root
+        self.path = store_dir(root)
+        self.ledger = ledger
+        self.runner = runner
+        self.config = config
+        self.clock = clock
+        self.readonly = readonly
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        clock: Callable[[], float] = time.time,
+        config: StoreConfig | None = None,
+        progress: Progress | None = None,
+    ) -> ContextStore:
+        rootp = Path(root)
+        path = store_dir(rootp)
+        if readonly and not (path / "log").is_dir():
+            raise StoreNotFoundError(path)
+        cfg = config or StoreConfig.load(path / "config.toml")
+        if not readonly:
+            for sub in ("log", "checkpoints", "artifacts"):
+                (path / sub).mkdir(parents=True, exist_ok=True)
+        ledger = Ledger.open(path / "log", readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
+        try:
+            runner = Runner(ledger, CheckpointDir(path / "checkpoints", readonly=readonly),
+                            projections(), every_events=cfg.checkpoint_every_events,
+                            every_seconds=cfg.checkpoint_every_seconds)
+            runner.catch_up(progress)
+        except BaseException:
+            ledger.close()
+            raise
+        return cls(rootp, ledger, runner, cfg, clock, readonly)
+
+    # --- writing --------------------------------------------------------------------
+
+    def put(self, packet: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> PutResult:
+        """Cache one packet (re-putting the same packet refreshes its time)."""
+        return self.put_many([packet], [metadata] if metadata is not None else None)[0]
+
+    def put_many(self, packets: Iterable[Mapping[str, Any]],
+                 metadata: Iterable[Mapping[str, Any] | None] | None = None) -> list[PutResult]:
+        """Cache packets as one atomic batch: all of them or, on any error, none."""
+        pkts = list(packets)
+        metas = list(metadata) if metadata is not None else [None] * len(pkts)
+        events = []
+        keys = []
+        for pkt, meta in zip(pkts, metas, strict=True):
+            body, canon = check_packet(pkt, self.config.max_packet_bytes)
+            key = cache_key_of(canon)
+            keys.append(key)
+            data: dict[str, Any] = {"packet": body, "bytes": len(canon)}
+            if meta:
+                data["metadata"] = dict(meta)
+            events.append(Event(cache.PUT, key, data))
+        if not events:
+            return []
+        receipt = self._append(events)
+        created = int(receipt.at)
+        return [PutResult(k, receipt.first_seq + i, created) for i, k in enumerate(keys)]
+
+    def prune(self, all: bool = False, ttl: float | None = None) -> PruneResult:
+        """Tombstone expired entries (or every entry with ``all``), one event each."""
+        if ttl is not None and (not math.isfinite(ttl) or ttl < 0):
+            raise ValueError("ttl must be a non-negative number of seconds")
+        self._sync()
+        state = self._cache()
+        now = self.clock()
+        horizon = now - (self.config.ttl_seconds if ttl is None else ttl)
+        events = []
+        for ref in state.select(live_after=None):
+            if all:
+                reason = "manual_prune"
+            elif ref.created_at <= horizon:
+                reason = "expired_ttl"
+            else:
+                continue
+            events.append(Event(cache.EVICTED, ref.cache_key, {"reason": reason}))
+        reasons: dict[str, int] = {}
+        for e in events:
+            reasons[e.data["reason"]] = reasons.get(e.data["reason"], 0) + 1
+        if events:
+            self._append(events)
+        remaining, _o, _n = self._cache().count(self._live_after())
+        return PruneResult(len(events), remaining, reasons)
+
+    def _append(self, events: list[Event]) -> Any:
+        self._check_writable()
+        receipt = self.ledger.append(events)
+        self.runner.catch_up()
+        self.runner.maybe_checkpoint()
+        return receipt
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise LedgerError("store is closed")
+        if self.readonly:
+            raise LedgerError("store was opened read-only")
+
+    # --- reading --------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        """Fold what other processes appended since we last looked."""
+        if self._closed:
+            raise LedgerError("store is closed")
+        self.runner.catch_up()
+
+    def _cache(self) -> CacheState:
+        return self.runner.views[cache.NAME].state  # type: ignore[return-value]
+
+    def _live_after(self) -> float:
+        return self.clock() - self.config.ttl_seconds
+
+    def _state_as_of(self, as_of: int | float | None) -> list[State]:
+        if as_of is None:
+            self._sync()
+            return [v.state for v in self.runner.views.values()]
+        seq = self.seq_for(as_of)
+        states = [p.new() for p in projections()]
+        fold(self.ledger, states, 1, seq)
+        return states
+
+    def seq_for(self, as_of: int | float) -> int:
+        """``as_of`` is a seq (int) or a unix time (float): the last seq at or before it."""
+        if isinstance(as_of, bool) or as_of < 0:
+            raise ValueError("as_of must be a non-negative seq or unix time")
+        if isinstance(as_of, int):
+            return min(as_of, self.ledger.head)
+        last = 0
+        for at, first, rows in self.ledger.read_batches(1):
+            if at > as_of:
+                break
+            last = first + len(rows) - 1
+        return last
+
+    def get(self, key: str) -> CacheEntry | None:
+        """The live entry with this cache_key, or None (expired entries are never returned)."""
+        self._sync()
+        ref = self._cache().get(key)
+        if ref is None or ref.created_at <= self._live_after():
+            return None
+        return self._entry(ref)
+
+    def _entry(self, ref: EntryRef) -> CacheEntry:
+        for ev in self.ledger.read(ref.seq, ref.seq):
+            data = ev.data
+            meta = dict(data.get("metadata") or {})
+            meta.setdefault("seq", ref.seq)
+            meta.setdefault("bytes", ref.nbytes)
+            return CacheEntry(ref.cache_key, ref.target, int(ref.created_at), data["packet"], meta)
+        raise LedgerError(f"entry {ref.cache_key} points at seq {ref.seq}, which the log lacks")
+
+    def list(self, target: str | None = None, since: float | None = None,
+             until: float | None = None, offset: int = 0, limit: int = 100,
+             as_of: int | float | None = None) -> list[EntrySummary]:
+        """Live entries, newest first, filtered and paged."""
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must be non-negative")
+        state = self._state_as_of(as_of)[0]
+        assert isinstance(state, CacheState)
+        ttl = self.config.ttl_seconds
+        out = []
+        for i, ref in enumerate(state.select(live_after=self._live_after(), target=target,
+                                             since=since, until=until)):
+            if i < offset:
+                continue
+            if len(out) >= limit:
+                break
+            out.append(EntrySummary(ref.cache_key, ref.target, int(ref.created_at),
+                                    int(ref.created_at + ttl), ref.seq, ref.nbytes))
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        self._sync()
+        st = self._cache()
+        live, oldest, newest = st.count(self._live_after())
+        total, _o, _n = st.count(None)
+        evictions = {r: 0 for r in cache.EVICTION_REASONS}
+        evictions.update(st.evictions)
+        views = {
+            name: {"watermark_seq": v.state.seq, "loaded_from": v.loaded_from,
+                   "checkpoint_fallbacks": len(v.refused), "fallback_reasons": list(v.refused)}
+            for name, v in self.runner.views.items()
+        }
+        return {
+            "entries": live,
+            "expired_pending_prune": total - live,
+            "oldest_created_at_unix": None if oldest is None else int(oldest),
+            "newest_created_at_unix": None if newest is None else int(newest),
+            "ttl_seconds": self.config.ttl_seconds,
+            "evictions": evictions,
+            "skipped_unknown_events": st.skipped_unknown,
+            "skipped_bad_events": st.skipped_bad,
+            "head_seq": self.ledger.head,
+            "checkpoint_fallbacks": sum(len(v.refused) for v in self.runner.views.values()),
+            "views": views,
+        }
+
+    # --- maintenance ----------------------------------------------------------------
+
+    def checkpoint(self) -> int:
+        self._check_writable()
+        self._sync()
+        return self.runner.checkpoint()
+
+    def rebuild(self, projection: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+        """Drop checkpoints (of one view or all), refold from the log, checkpoint again."""
+        self._check_writable()
+        names = list(self.runner.views) if projection is None else [projection]
+        for name in names:
+            if name not in self.runner.views:
+                raise ValueError(f"unknown projection {name!r} (known: {', '.join(self.runner.views)})")
+            self.runner.reset(name)
+        start = time.perf_counter()
+        n = self.runner.catch_up(progress)
+        secs = time.perf_counter() - start
+        self.runner.checkpoint()
+        return {"projections": names, "events": n, "seconds": round(secs, 4),
+                "events_per_second": round(n / secs) if secs > 0 else None,
+                "head_seq": self.ledger.head}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if not self.readonly:
+                self.runner.catch_up()
+                self.runner.checkpoint()
+        finally:
+            self._closed = True
+            self.ledger.close()
+
+    def __enter__(self) -> ContextStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def replay(root: str | os.PathLike[str], until: int | float | None = None,
+           progress: Progress | None = None) -> dict[str, Any]:
+    """Fold the log into fresh in-memory views and report; touches no checkpoint."""
+    path = store_dir(root)
+    if not (path / "log").is_dir():
+        raise StoreNotFoundError(path)
+    with Ledger.open(path / "log", readonly=True) as led:
+        states = [p.new() for p in projections()]
+        if until is None:
+            seq = led.head
+        elif isinstance(until, int):
+            seq = min(until, led.head)
+        else:
+            seq = 0
+            for at, first, rows in led.read_batches(1):
+                if at > until:
+                    break
+                seq = first + len(rows) - 1
+        start = time.perf_counter()
+        n = fold(led, states, 1, seq, progress)
+        secs = time.perf_counter() - start
+        views = {}
+        for p, s in zip(projections(), states, strict=True):
+            snap = s.snapshot()
+            views[p.name] = {k: (len(v) if isinstance(v, dict) and k == "entries" else v)
+                             for k, v in snap.items()}
+        return {"until_seq": seq, "events": n, "seconds": round(secs, 4),
+                "events_per_second": round(n / secs) if secs > 0 else None, "views": views}
