@@ -2,7 +2,13 @@
 
 from .cache import CacheState, EntryRef
 from .config import ConfigError, StoreConfig
-from .packet import InvalidPacketError, cache_key_of, canonical_bytes, check_packet
+from .packet import (
+    InvalidPacketError,
+    cache_key_of,
+    canonical_bytes,
+    check_packet,
+    parse_packet_json,
+)
 from .runner import Projection, Runner, fold
 from .store import (
     CacheEntry,
@@ -30,6 +36,7 @@ __all__ = [
     "cache_key_of",
     "canonical_bytes",
     "check_packet",
+    "parse_packet_json",
     "fold",
     "replay",
     "store_dir",

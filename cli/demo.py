@@ -1,0 +1,111 @@
+"""``ctxledger demo``: a real store from text every machine has, in seconds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from projections import ContextStore
+from projections.corpus import stdlib_packets
+
+from .options import Ctx, store_options
+from .views import iso, progress_bar
+
+HOME_ENV = "CTXLEDGER_HOME"
+BATCH = 500
+
+
+def demo_root() -> Path:
+    """The demo's own store: ``$CTXLEDGER_HOME/demo`` (default ``~/.ctxledger/demo``)."""
+    home = os.environ.get(HOME_ENV) or os.path.join(os.path.expanduser("~"), ".ctxledger")
+    return Path(home) / "demo"
+
+
+@click.command("demo")
+@store_options
+@click.option("--packets", type=click.IntRange(min=1, max=1_000_000), default=3000,
+              show_default=True, help="How many stdlib packets to cache.")
+@click.option("--query", default="parse http header", show_default=True,
+              help="What the demo recalls at the end.")
+def demo(ctx: Ctx, packets: int, query: str) -> None:
+    """Cache packets cut from this Python's standard library, then show the store at work.
+
+    Without --root the demo uses its own store ($CTXLEDGER_HOME/demo, default
+    ~/.ctxledger/demo) and starts it afresh each run; with --root it adds to
+    that store. It ingests, lists, gets, recalls, prints stats and verifies the log.
+    """
+    if _root_given():
+        root = ctx.root
+    else:
+        root = demo_root()
+        shutil.rmtree(root / ".ctxledger", ignore_errors=True)
+    pkts = list(stdlib_packets(limit=packets, seed=0))
+    report: dict[str, Any] = {"root": str(root), "store": str(root / ".ctxledger")}
+    t0 = time.perf_counter()
+    store = ctx.managed(ContextStore.open(root))
+    with progress_bar(ctx, len(pkts), "caching stdlib packets") as bar:
+        for i in range(0, len(pkts), BATCH):
+            store.put_many(pkts[i : i + BATCH])
+            if bar:
+                bar(len(pkts[i : i + BATCH]))
+    report["ingest"] = {"packets": len(pkts), "seconds": round(time.perf_counter() - t0, 3)}
+    listed = store.list(limit=5)
+    report["list"] = [e.to_json() for e in listed]
+    entry = store.get(listed[0].cache_key) if listed else None
+    report["get"] = entry.to_json() if entry else None
+    if hasattr(store, "recall"):
+        t1 = time.perf_counter()
+        hits = store.recall(query, limit=5)
+        report["recall"] = {"query": query, "ms": round((time.perf_counter() - t1) * 1000, 2),
+                            "hits": [h.to_json() for h in hits]}
+    store.checkpoint()
+    report["stats"] = store.stats()
+    report["verify"] = store.ledger.verify().to_json()
+    ctx.emit(report, human=_text)
+
+
+def _root_given() -> bool:
+    cctx = click.get_current_context()
+    src = cctx.get_parameter_source("root")
+    return src is not None and src.name != "DEFAULT" or bool(os.environ.get("CTXLEDGER_ROOT"))
+
+
+def _text(r: dict[str, Any]) -> str:
+    ing = r["ingest"]
+    lines = [
+        f"store      {r['store']}",
+        f"ingested   {ing['packets']} stdlib packets in {ing['seconds']:.2f}s "
+        f"({ing['packets'] / max(ing['seconds'], 1e-9):,.0f} packets/s, one atomic batch per {BATCH})",
+        "",
+        "newest entries (store list --limit 5):",
+    ]
+    for e in r["list"]:
+        lines.append(f"  {e['cache_key'][:16]}  {iso(e['created_at_unix'])}  {e['target']}")
+    if r["get"]:
+        body = r["get"]["body"]
+        lines += ["", f"store get --key {r['get']['cache_key'][:16]}...:",
+                  f"  target   {body.get('target')}", f"  summary  {body.get('summary', '')[:90]}",
+                  f"  paths    {', '.join(body.get('paths', [])[:3])}",
+                  f"  symbols  {', '.join(body.get('symbols', [])[:4])}"]
+    if "recall" in r:
+        rc = r["recall"]
+        lines += ["", f"recall {rc['query']!r} ({rc['ms']} ms):"]
+        for h in rc["hits"]:
+            lines.append(f"  {h['score']:7.3f}  {h['target']:28}  {(h.get('summary') or '')[:60]}")
+    st, v = r["stats"], r["verify"]
+    lines += [
+        "",
+        f"stats      {st['entries']} live entries, head seq {st['head_seq']}, "
+        f"evictions {sum(st['evictions'].values())}",
+        f"verify     {'ok' if v['ok'] else 'FAILED'}: {v['events']} events in {v['frames']} frames, "
+        f"{len(v['problems'])} problems",
+        "",
+        f"explore:   ctxledger store list --root {r['root']}",
+        f"           ctxledger log show --root {r['root']} --limit 3",
+    ]
+    return "\n".join(lines)
