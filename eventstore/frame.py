@@ -96,9 +96,19 @@ class FrameInfo:
 # --- segment header -----------------------------------------------------------------
 
 
+def header_roll_kib(roll_bytes: int) -> int:
+    """The roll size as the header stores it (whole KiB, at least 1)."""
+    return max(1, min(roll_bytes // 1024, 0xFFFFFFFF))
+
+
+def header_roll_bytes(roll_bytes: int) -> int:
+    """The roll size every reader of the header will see: use it, not ``roll_bytes``."""
+    return header_roll_kib(roll_bytes) * 1024
+
+
 def encode_segment_header(base_seq: int, prev_digest: bytes, roll_bytes: int) -> bytes:
     """The roll size lives in the header so every writer seals at the same point."""
-    roll_kib = max(1, min(roll_bytes // 1024, 0xFFFFFFFF))
+    roll_kib = header_roll_kib(roll_bytes)
     head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, roll_kib, base_seq, prev_digest)
     return head + blake3.blake3(head).digest()[:8]
 

@@ -34,6 +34,7 @@ from .frame import (
     encode_frame,
     frame_before,
     has_valid_frame_after,
+    header_roll_bytes,
     iter_frames,
     last_frame_by_footer,
     payload_of,
@@ -376,7 +377,8 @@ class Ledger:
             self._repair_tail(self._active_fd())
         base = self._head + 1
         path = create_segment(self.log_dir, base, self._digest, self.segment_bytes, self.sync != "none")
-        self._set_active(base, path, self.segment_bytes)
+        # seal where the header says, as every other handle will (whole KiB)
+        self._set_active(base, path, header_roll_bytes(self.segment_bytes))
 
     def _repair_tail(self, fd: int) -> None:
         """Move a torn tail aside (never deleted), then truncate to the valid prefix."""

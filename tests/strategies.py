@@ -1,0 +1,70 @@
+"""Hypothesis strategies for the log: event kinds, keys, data mappings, batches.
+
+Everything drawn here is something the ledger must accept and give back
+unchanged, so a test can compare what it wrote with what it reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from eventstore import Event
+
+_WORD = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-",
+    min_size=1,
+    max_size=12,
+)
+
+#: Dotted kinds the ledger accepts: ``cache.put``, ``task.created``, ``x``...
+kinds = st.lists(_WORD, min_size=1, max_size=4).map(".".join)
+
+#: Strings the ledger must refuse as a kind.
+bad_kinds = st.one_of(
+    st.just(""),
+    st.just("."),
+    st.just("a..b"),
+    st.just(".lead"),
+    st.just("trail."),
+    st.just("has space"),
+    st.just("ünïcode"),
+    st.just("x" * 201),
+    kinds.map(lambda k: k + "/x"),
+)
+
+#: An entity key, or none.
+keys = st.none() | st.text(max_size=40)
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),  # past u64: CBOR bignums
+    st.floats(allow_nan=False),  # NaN != NaN would defeat equality checks
+    st.text(max_size=30),
+    st.binary(max_size=30),
+)
+
+#: Any value that CBOR encodes and decodes to something equal (JSON-ish plus bytes).
+values: st.SearchStrategy[Any] = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+
+#: An event's data: a mapping from strings to values.
+data_maps = st.dictionaries(st.text(max_size=10), values, max_size=5)
+
+events = st.builds(Event, kinds, keys, data_maps)
+
+#: One atomic batch.
+batches = st.lists(events, min_size=1, max_size=5)
+
+#: What a test appends, batch by batch.
+batch_lists = st.lists(batches, min_size=1, max_size=8)
+
+
+def as_rows(batch: list[Event]) -> list[tuple[str, str | None, Any]]:
+    """What a batch should read back as (seq and at aside)."""
+    return [(e.kind, e.key, dict(e.data)) for e in batch]

@@ -1,0 +1,481 @@
+"""One behavioural contract for every log backend, and the file backend's own checks.
+
+``LedgerContract`` is not collected by itself (its name does not start with
+``Test``); a backend is done when a ``Test<Backend>(LedgerContract)`` subclass
+passes. Checks about segment files and their bytes live in
+:class:`TestFileLedger` only, because a replicated backend has no segments.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+import blake3
+import pytest
+import strategies as S
+from hypothesis import HealthCheck, given, settings
+
+from eventstore import (
+    CorruptLogError,
+    Event,
+    HeadMismatchError,
+    InvalidEventError,
+    Ledger,
+    LedgerClosedError,
+    LedgerError,
+    LogBackend,
+    StoreNotFoundError,
+    UnsupportedFormatError,
+)
+from eventstore.frame import FORMAT_VERSION, GENESIS_DIGEST, SEGMENT_HEADER_SIZE
+
+
+def ev(i: int, kind: str = "test.event", key: str | None = None, **extra: Any) -> Event:
+    return Event(kind, key, {"i": i, **extra})
+
+
+def rows(led: Any, from_seq: int = 1, to_seq: int | None = None) -> list[tuple[int, str, Any, Any]]:
+    return [(e.seq, e.kind, e.key, e.data) for e in led.read(from_seq, to_seq)]
+
+
+class LedgerContract:
+    """Behaviour every backend must show. Subclasses say how to open a log."""
+
+    def make_ledger(self, tmp_path: Path, **options: Any) -> Any:
+        """Open the log kept under ``tmp_path`` (a second call opens a second handle)."""
+        raise NotImplementedError
+
+    # --- seqs, read, head -------------------------------------------------------------
+
+    def test_is_a_log_backend(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            assert isinstance(led, LogBackend)
+
+    def test_empty_log(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            assert led.head == 0
+            assert list(led.read()) == []
+            assert led.digest_at(0) == GENESIS_DIGEST
+
+    def test_append_assigns_gapless_seqs_from_one(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            r1 = led.append([ev(1)])
+            r2 = led.append([ev(2), ev(3), ev(4)])
+            r3 = led.append([ev(5)])
+            assert (r1.first_seq, r1.last_seq) == (1, 1)
+            assert (r2.first_seq, r2.last_seq) == (2, 4)
+            assert (r3.first_seq, r3.last_seq) == (5, 5)
+            assert not (r1.duplicate or r2.duplicate or r3.duplicate)
+            assert led.head == 5
+            got = list(led.read())
+            assert [e.seq for e in got] == [1, 2, 3, 4, 5]
+            assert [e.data["i"] for e in got] == [1, 2, 3, 4, 5]
+            # ``at`` is assigned by the log, per batch
+            assert got[1].at == got[2].at == got[3].at == r2.at
+            assert all(e.at > 0 for e in got)
+
+    def test_read_returns_exact_events(self, tmp_path: Path) -> None:
+        data = {"s": "x", "n": -3, "f": 1.5, "b": b"\x00\xff", "l": [1, [2]], "d": {"k": None}, "t": True}
+        with self.make_ledger(tmp_path) as led:
+            led.append([Event("task.created", "t1", data), Event("task.note")])
+            a, b = list(led.read())
+            assert (a.kind, a.key, a.data) == ("task.created", "t1", data)
+            assert (b.kind, b.key, b.data) == ("task.note", None, {})
+
+    def test_read_range(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1), ev(2), ev(3)])
+            led.append([ev(4)])
+            led.append([ev(5), ev(6)])
+            assert [e.seq for e in led.read(from_seq=2, to_seq=5)] == [2, 3, 4, 5]
+            assert [e.seq for e in led.read(from_seq=3, to_seq=3)] == [3]
+            assert [e.seq for e in led.read(from_seq=5)] == [5, 6]
+            assert [e.seq for e in led.read(to_seq=1)] == [1]
+            assert [e.seq for e in led.read(from_seq=0)] == [1, 2, 3, 4, 5, 6]
+            assert list(led.read(from_seq=7)) == []
+            assert list(led.read(from_seq=5, to_seq=4)) == []
+
+    def test_read_batches_yields_whole_batches(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1), ev(2)])
+            led.append([ev(3)])
+            got = [(first, len(rws)) for _at, first, rws in led.read_batches(from_seq=2)]
+            assert got == [(1, 2), (3, 1)]
+
+    def test_reopen_keeps_everything(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1, key="a")])
+            led.append([ev(2), ev(3)])
+            before = list(led.read())
+            digest = led.head_digest
+        with self.make_ledger(tmp_path) as led:
+            assert led.head == 3
+            assert list(led.read()) == before
+            assert led.head_digest == digest
+            assert led.append([ev(4)]).first_seq == 4
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert [e.seq for e in ro.read()] == [1, 2, 3, 4]
+
+    def test_second_handle_sees_appends(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as a, self.make_ledger(tmp_path) as b:
+            a.append([ev(1)])
+            assert b.head == 1
+            assert b.append([ev(2)]).first_seq == 2
+            assert a.head == 2
+            assert a.append([ev(3)]).first_seq == 3
+            assert [e.data["i"] for e in b.read()] == [1, 2, 3]
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(batches=S.batch_lists)
+    def test_any_batches_round_trip(self, tmp_path_factory: pytest.TempPathFactory, batches: list[list[Event]]) -> None:
+        tmp = tmp_path_factory.mktemp("rt")
+        with self.make_ledger(tmp, sync="none") as led:
+            for b in batches:
+                led.append(b)
+        with self.make_ledger(tmp, readonly=True) as led:
+            want = [r for b in batches for r in S.as_rows(b)]
+            assert [(e.kind, e.key, e.data) for e in led.read()] == want
+            assert [e.seq for e in led.read()] == list(range(1, len(want) + 1))
+
+    # --- atomic batches and optimistic concurrency ---------------------------------------
+
+    def test_batch_is_atomic_and_one_at(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            r = led.append([ev(i) for i in range(50)])
+            assert (r.first_seq, r.last_seq) == (1, 50)
+            batches = list(led.read_batches())
+            assert len(batches) == 1 and len(batches[0][2]) == 50
+
+    def test_expected_head(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            assert led.append([ev(1)], expected_head=0).first_seq == 1
+            assert led.append([ev(2)], expected_head=1).first_seq == 2
+            with pytest.raises(HeadMismatchError) as info:
+                led.append([ev(3)], expected_head=1)
+            assert (info.value.expected, info.value.actual) == (1, 2)
+            assert "expected log head 1" in str(info.value)
+            assert led.head == 2
+            assert [e.data["i"] for e in led.read()] == [1, 2]
+
+    def test_expected_head_sees_other_handles(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as a, self.make_ledger(tmp_path) as b:
+            h = a.head
+            b.append([ev(1)])
+            with pytest.raises(HeadMismatchError):
+                a.append([ev(2)], expected_head=h)
+            assert a.head == 1 and len(list(a.read())) == 1
+
+    # --- idempotent retries -------------------------------------------------------------
+
+    def test_batch_id_retry_returns_original_receipt(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            r1 = led.append([ev(1), ev(2)], batch_id="b-1")
+            led.append([ev(3)])
+            r2 = led.append([ev(9), ev(9), ev(9)], batch_id="b-1")
+            assert r2.duplicate and not r1.duplicate
+            assert (r2.first_seq, r2.last_seq, r2.at, r2.batch_id) == (r1.first_seq, r1.last_seq, r1.at, "b-1")
+            assert led.head == 3
+            # a retry wins over a stale expected_head: it is the same append
+            r3 = led.append([ev(1), ev(2)], batch_id="b-1", expected_head=0)
+            assert r3.duplicate and r3.first_seq == 1
+            assert led.append([ev(4)], batch_id="b-2").first_seq == 4
+
+    def test_batch_id_retry_after_reopen(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            r1 = led.append([ev(1)], batch_id="once")
+            led.append([ev(2)])
+        with self.make_ledger(tmp_path) as led:
+            r2 = led.append([ev(1)], batch_id="once")
+            assert r2.duplicate
+            assert (r2.first_seq, r2.last_seq, r2.at) == (r1.first_seq, r1.last_seq, r1.at)
+            assert led.head == 2
+
+    def test_batch_id_retry_across_two_handles(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as a, self.make_ledger(tmp_path) as b:
+            # b loads its id index before a commits, and must still notice a's batch
+            assert not b.append([ev(0)], batch_id="b-first").duplicate
+            ra = a.append([ev(1)], batch_id="shared")
+            rb = b.append([ev(1)], batch_id="shared")
+            assert rb.duplicate and (rb.first_seq, rb.at) == (ra.first_seq, ra.at)
+            # and the other way round, with a's index loaded lazily
+            rb2 = b.append([ev(2)], batch_id="other")
+            ra2 = a.append([ev(2)], batch_id="other")
+            assert ra2.duplicate and ra2.first_seq == rb2.first_seq
+            assert a.head == b.head == 3
+
+    # --- invalid input: rejected before any byte is written --------------------------------
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            pytest.param(lambda: [Event("")], id="empty-kind"),
+            pytest.param(lambda: [Event("a..b")], id="bad-kind"),
+            pytest.param(lambda: [Event("has space")], id="kind-with-space"),
+            pytest.param(lambda: [Event(5)], id="kind-not-str"),  # type: ignore[arg-type]
+            pytest.param(lambda: [Event("k", 7)], id="key-not-str"),  # type: ignore[arg-type]
+            pytest.param(lambda: [Event("k", None, [1, 2])], id="data-list"),  # type: ignore[arg-type]
+            pytest.param(lambda: [Event("k", None, "x")], id="data-str"),  # type: ignore[arg-type]
+            pytest.param(lambda: [Event("k", None, {"x": object()})], id="data-not-cbor"),
+            pytest.param(lambda: [ev(1), Event("k", None, {"f": lambda: 1})], id="second-not-cbor"),
+            pytest.param(lambda: [], id="empty-batch"),
+            pytest.param(lambda: [{"kind": "k"}], id="not-an-event"),
+        ],
+    )
+    def test_invalid_events_rejected_before_writing(self, tmp_path: Path, bad: Any) -> None:
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1)])
+            before = self.snapshot(tmp_path)
+            with pytest.raises(InvalidEventError):
+                led.append(bad())
+            assert self.snapshot(tmp_path) == before
+            assert led.head == 1
+            assert led.append([ev(2)]).first_seq == 2
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(kind=S.bad_kinds)
+    def test_bad_kinds_rejected(self, tmp_path_factory: pytest.TempPathFactory, kind: str) -> None:
+        with self.make_ledger(tmp_path_factory.mktemp("bk")) as led:
+            with pytest.raises(InvalidEventError):
+                led.append([Event(kind)])
+            assert led.head == 0
+
+    def test_bad_batch_id_rejected(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            for bad in ["", "x" * 201, 5]:
+                with pytest.raises(InvalidEventError):
+                    led.append([ev(1)], batch_id=bad)
+            assert led.head == 0
+
+    def snapshot(self, tmp_path: Path) -> dict[str, bytes]:
+        """Every file under ``tmp_path`` (name -> bytes): "nothing was written"."""
+        return {str(p.relative_to(tmp_path)): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+
+    # --- readers, verify, digests, lifecycle -----------------------------------------------
+
+    def test_readonly_open_of_missing_store(self, tmp_path: Path) -> None:
+        with pytest.raises(StoreNotFoundError):
+            self.make_ledger(tmp_path / "nowhere", readonly=True)
+        assert not (tmp_path / "nowhere").exists()
+
+    def test_readonly_refuses_appends(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1)])
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            before = self.snapshot(tmp_path)
+            with pytest.raises(LedgerError):
+                ro.append([ev(2)])
+            assert ro.head == 1
+            assert self.snapshot(tmp_path) == before
+
+    def test_verify_report(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            empty = led.verify()
+            assert (empty.ok, empty.events, empty.frames, empty.head_seq, empty.problems) == (True, 0, 0, 0, ())
+            led.append([ev(1), ev(2)])
+            led.append([ev(3)])
+            rep = led.verify()
+            assert (rep.ok, rep.events, rep.frames, rep.head_seq, rep.problems) == (True, 3, 2, 3, ())
+            js = rep.to_json()
+            assert {"ok", "events", "frames", "head_seq", "problems"} <= set(js)
+            assert js["ok"] is True and js["problems"] == []
+
+    def test_digest_at(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1)])
+            d1 = led.head_digest
+            led.append([ev(2), ev(3)])
+            d3 = led.head_digest
+            led.append([ev(4)])
+            d4 = led.head_digest
+            assert len({GENESIS_DIGEST, d1, d3, d4}) == 4
+            assert led.digest_at(0) == GENESIS_DIGEST
+            assert led.digest_at(1) == d1
+            assert led.digest_at(2) is None  # inside a batch
+            assert led.digest_at(3) == d3
+            assert led.digest_at(4) == d4
+            assert led.digest_at(5) is None
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert (ro.digest_at(1), ro.digest_at(3), ro.digest_at(4)) == (d1, d3, d4)
+
+    def test_same_events_same_chain_only_with_same_history(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path / "a") as a, self.make_ledger(tmp_path / "b") as b:
+            a.append([ev(1)])
+            b.append([ev(2)])
+            a.append([ev(3)])
+            b.append([ev(3)])
+            assert a.digest_at(2) != b.digest_at(2)
+
+    def test_closed_handle(self, tmp_path: Path) -> None:
+        led = self.make_ledger(tmp_path)
+        led.append([ev(1)])
+        led.close()
+        led.close()  # idempotent
+        for op in (lambda: led.head, lambda: led.append([ev(2)]), lambda: list(led.read()), led.verify):
+            with pytest.raises(LedgerClosedError):
+                op()
+
+    def test_readers_see_only_whole_batches(self, tmp_path: Path) -> None:
+        """A reader handle racing a writer never sees part of a batch."""
+        size, n_batches = 7, 150
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                with self.make_ledger(tmp_path, sync="none") as w:
+                    for b in range(n_batches):
+                        w.append([Event("batch.part", str(b), {"b": b, "j": j, "pad": "p" * 300}) for j in range(size)])
+            except BaseException as e:  # pragma: no cover - reported below
+                errors.append(e)
+            finally:
+                stop.set()
+
+        with self.make_ledger(tmp_path, sync="none") as r:
+            r.append([Event("batch.part", "-1", {"b": -1, "j": j}) for j in range(size)])
+            t = threading.Thread(target=write)
+            t.start()
+            checks = 0
+            while not stop.is_set() or checks < 3:
+                assert r.head % size == 0
+                got = list(r.read())
+                assert len(got) % size == 0
+                for i in range(0, len(got), size):
+                    group = got[i : i + size]
+                    assert [e.data["j"] for e in group] == list(range(size))
+                    assert len({e.data["b"] for e in group}) == 1
+                for _at, first, rws in r.read_batches():
+                    assert len(rws) == size and (first - 1) % size == 0
+                checks += 1
+            t.join()
+            assert not errors
+            assert r.head == size * (n_batches + 1)
+
+
+class TestFileLedger(LedgerContract):
+    def make_ledger(self, tmp_path: Path, **options: Any) -> Ledger:
+        return Ledger.open(tmp_path / "log", **options)
+
+    # --- file backend specifics: segments and bytes -------------------------------------
+
+    def test_segments_roll_and_reads_cross_them(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path, segment_bytes=4096, sync="none") as led:
+            for i in range(120):
+                led.append([ev(i, pad="x" * 80), ev(i, pad="y" * 20)])
+            segs = sorted((tmp_path / "log").glob("*.seg"))
+            assert len(segs) >= 4
+            assert [p.name for p in segs] == sorted(p.name for p in segs)
+            assert segs[0].name == f"{1:020d}.seg"
+            got = list(led.read())
+            assert [e.seq for e in got] == list(range(1, 241))
+            # a read starting and ending inside later segments
+            mid = int(segs[2].name[:20])
+            assert [e.seq for e in led.read(mid - 1, mid + 1)] == [mid - 1, mid, mid + 1]
+            rep = led.verify()
+            assert rep.ok and rep.segments == len(segs) and rep.events == 240 and rep.frames == 120
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert ro.head == 240 and [e.seq for e in ro.read(200)] == list(range(200, 241))
+
+    def test_segment_size_not_a_multiple_of_1024(self, tmp_path: Path) -> None:
+        """Regression: the creator of a segment sealed it at ``segment_bytes`` while
+        every other handle sealed at the whole KiB in the header, so two writers
+        disagreed where a segment ends and wrote the same seqs twice."""
+        with self.make_ledger(tmp_path, segment_bytes=5000, sync="none") as a, self.make_ledger(
+            tmp_path, segment_bytes=5000, sync="none"
+        ) as b:
+            for i in range(200):
+                (a if i % 2 else b).append([ev(i, pad="x" * 50)])
+            assert [e.data["i"] for e in a.read()] == list(range(200))
+            assert a.verify().ok
+
+    def test_head_and_read_see_other_writers_rolls(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path, segment_bytes=4096, sync="none") as a:
+            a.append([ev(0)])
+            with self.make_ledger(tmp_path, readonly=True) as ro:
+                assert ro.head == 1
+                for i in range(1, 100):
+                    a.append([ev(i, pad="z" * 100)])
+                assert len(list((tmp_path / "log").glob("*.seg"))) > 2
+                assert ro.head == 100
+                assert [e.data["i"] for e in ro.read()] == list(range(100))
+
+    def test_newer_format_version_is_refused(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1)])
+        seg = next((tmp_path / "log").glob("*.seg"))
+        data = bytearray(seg.read_bytes())
+        struct.pack_into("<H", data, 8, FORMAT_VERSION + 1)
+        data[56:64] = blake3.blake3(bytes(data[:56])).digest()[:8]  # a well-formed header
+        seg.write_bytes(bytes(data))
+        for readonly in (True, False):
+            led = self.make_ledger(tmp_path, readonly=readonly)
+            for op in (lambda: led.head, lambda: list(led.read()), lambda: led.append([ev(2)])):
+                with pytest.raises(UnsupportedFormatError) as info:
+                    op()
+                assert seg.name in str(info.value) and "version 2" in str(info.value)
+            rep = led.verify()
+            assert not rep.ok and rep.problems[0].segment == seg.name
+            led.close()
+        assert seg.read_bytes() == bytes(data)
+
+    def test_truncated_segment_header_fails_closed(self, tmp_path: Path) -> None:
+        """A last segment cut inside its 64-byte header cannot come from a crash in
+        the default sync mode (headers are synced before the rename): the log
+        fails closed rather than guess."""
+        with self.make_ledger(tmp_path, segment_bytes=4096, sync="none") as led:
+            for i in range(60):
+                led.append([ev(i, pad="x" * 100)])
+        last = sorted((tmp_path / "log").glob("*.seg"))[-1]
+        last.write_bytes(last.read_bytes()[:30])
+        before = self.snapshot(tmp_path)
+        for readonly in (True, False):
+            with self.make_ledger(tmp_path, readonly=readonly) as led:
+                with pytest.raises(CorruptLogError) as info:
+                    list(led.read())
+                assert info.value.segment.name == last.name and info.value.offset == 0
+                with pytest.raises(LedgerError):
+                    led.append([ev(99)])
+                assert not led.verify().ok
+        assert self.snapshot(tmp_path) == before
+
+    def test_torn_tail_is_ignored_then_cut_by_a_writer(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path) as led:
+            for i in range(3):
+                led.append([ev(i)])
+        seg = next((tmp_path / "log").glob("*.seg"))
+        whole = seg.read_bytes()
+        seg.write_bytes(whole[:-10])  # the last frame lost its last 10 bytes
+        torn = self.snapshot(tmp_path)
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert ro.head == 2
+            assert [e.data["i"] for e in ro.read()] == [0, 1]
+            rep = ro.verify()
+            assert not rep.ok and "torn" in rep.problems[0].error
+        with self.make_ledger(tmp_path) as led:  # a writer that only reads changes nothing
+            assert led.head == 2 and len(list(led.read())) == 2
+        assert self.snapshot(tmp_path) == torn
+        with self.make_ledger(tmp_path) as led:
+            assert led.append([ev(9)]).first_seq == 3
+            assert [e.data["i"] for e in led.read()] == [0, 1, 9]
+            assert led.verify().ok
+        # the cut bytes were moved aside, not deleted
+        assert any((tmp_path / "log" / "quarantine").iterdir())
+
+    def test_empty_segment_file_list_is_empty_log(self, tmp_path: Path) -> None:
+        (tmp_path / "log").mkdir()
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert ro.head == 0 and list(ro.read()) == [] and ro.verify().ok
+
+    def test_segment_header_only(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path, segment_bytes=4096, sync="none") as led:
+            for i in range(40):
+                led.append([ev(i, pad="x" * 100)])
+        last = sorted((tmp_path / "log").glob("*.seg"))[-1]
+        base = int(last.name[:20])
+        last.write_bytes(last.read_bytes()[:SEGMENT_HEADER_SIZE])
+        with self.make_ledger(tmp_path) as led:
+            assert led.head == base - 1
+            assert led.verify().ok
+            assert led.append([ev(1000)]).first_seq == base
