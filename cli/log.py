@@ -1,0 +1,176 @@
+"""``ctxledger log``: the raw events every view is folded from (append, show, tail)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import click
+
+from eventstore import Event, Ledger, Receipt
+
+from .options import COUNT, JSON_OBJECT, SEQ, Ctx, store_options
+from .output import event_json, event_line, iso_time
+
+
+@click.group("log")
+def log() -> None:
+    """Append and read raw events.
+
+    The log is the source of truth that every view is folded from.
+    """
+
+
+@log.command("append")
+@store_options
+@click.option("--kind", required=True, help="Event kind: dotted words, e.g. task.created.")
+@click.option("--key", default=None, help="Entity key (default: null).")
+@click.option(
+    "--data",
+    required=True,
+    type=JSON_OBJECT,
+    help="Event data: a JSON object, '-' to read it from stdin, or @FILE.",
+)
+@click.option(
+    "--expected-head",
+    type=COUNT,
+    default=None,
+    metavar="N",
+    help="Append only if the log's last seq is N (optimistic concurrency).",
+)
+@click.option(
+    "--batch-id",
+    default=None,
+    metavar="ID",
+    help="Idempotency id: a retry with an id already committed writes nothing.",
+)
+def log_append(
+    ctx: Ctx,
+    kind: str,
+    key: str | None,
+    data: dict[str, Any],
+    expected_head: int | None,
+    batch_id: str | None,
+) -> None:
+    """Append one event as an atomic, durable batch.
+
+    Prints the seq it got. Meant for scripts and debugging; views write their
+    own events through the library.
+    """
+    led = ctx.ledger(write=True)
+    r = led.append([Event(kind, key, data)], expected_head=expected_head, batch_id=batch_id)
+    ctx.emit(_receipt_json(r), human=_receipt_text(r))
+
+
+def _receipt_json(r: Receipt) -> dict[str, Any]:
+    out: dict[str, Any] = {"first_seq": r.first_seq, "last_seq": r.last_seq, "at": r.at}
+    if r.batch_id is not None:
+        out.update(batch_id=r.batch_id, duplicate=r.duplicate)
+    return out
+
+
+def _receipt_text(r: Receipt) -> str:
+    seqs = f"seq {r.first_seq}" if r.first_seq == r.last_seq else f"seqs {r.first_seq}-{r.last_seq}"
+    if r.duplicate:
+        return f"batch {r.batch_id} was already committed as {seqs}; nothing written"
+    return f"appended {seqs} at {iso_time(r.at)}"
+
+
+@log.command("show")
+@store_options
+@click.option("--from", "from_seq", type=SEQ, default=1, show_default=True, help="First seq.")
+@click.option("--to", "to_seq", type=SEQ, default=None, help="Last seq (default: the head).")
+@click.option("--kind", default=None, help="Only events of exactly this kind.")
+@click.option("--key", default=None, help="Only events with exactly this key.")
+@click.option("--limit", type=COUNT, default=None, metavar="N", help="At most N events.")
+def log_show(
+    ctx: Ctx,
+    from_seq: int,
+    to_seq: int | None,
+    kind: str | None,
+    key: str | None,
+    limit: int | None,
+) -> None:
+    """Print events in seq order, filtered by seq range, kind and key.
+
+    Human output streams one line per event; --json prints them in one document
+    only after every event was read and checked.
+    """
+    if to_seq is not None and to_seq < from_seq:
+        raise click.BadParameter(f"{to_seq} is before --from {from_seq}", param_hint="'--to'")
+    events = ctx.ledger().read(from_seq, to_seq)
+    _emit_events(ctx, _select(events, kind, key, limit))
+
+
+def _select(
+    events: Iterable[Event], kind: str | None, key: str | None, limit: int | None
+) -> Iterator[Event]:
+    chosen = (
+        e for e in events if (kind is None or e.kind == kind) and (key is None or e.key == key)
+    )
+    return itertools.islice(chosen, limit)
+
+
+def _emit_events(ctx: Ctx, events: Iterable[Event]) -> None:
+    if ctx.json:
+        ctx.emit({"events": [event_json(e) for e in events]})
+    else:
+        ctx.emit_lines(event_line(e) for e in events)
+
+
+@log.command("tail")
+@store_options
+@click.option(
+    "-n",
+    "--lines",
+    "count",
+    type=COUNT,
+    default=10,
+    show_default=True,
+    metavar="N",
+    help="How many of the newest events to print.",
+)
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing events as they are committed, until Ctrl-C (exit 130).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.01),
+    default=0.2,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often --follow polls the log.",
+)
+def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
+    """Print the newest events; --follow keeps printing new ones.
+
+    With --follow --json the output is JSON lines (one object per event), the one
+    exception to "one JSON document", since the stream has no end.
+    """
+    led = ctx.ledger()
+    head = led.head
+    recent = led.read(max(1, head - count + 1), head) if count and head else iter(())
+    if not follow:
+        _emit_events(ctx, recent)
+        return
+    for e in itertools.chain(recent, _follow(led, head, interval)):
+        if ctx.json:
+            ctx.emit_jsonl(event_json(e))
+        else:
+            ctx.emit_lines([event_line(e)])
+
+
+def _follow(led: Ledger, after: int, interval: float) -> Iterator[Event]:
+    """Events committed after seq ``after``, forever; polls the (readonly) head."""
+    while True:
+        head = led.head
+        if head > after:
+            yield from led.read(after + 1, head)
+            after = head
+        else:
+            time.sleep(interval)

@@ -1,0 +1,155 @@
+"""Rendering for the CLI: any value the log can hold, as JSON or as text for people.
+
+Event data is CBOR, which holds more than JSON can (bytes, NaN, tags, dates,
+non-string map keys, ...). :func:`to_jsonable` maps every such value to plain
+JSON with a ``{"$type": ...}`` wrapper, so no stored event can make ``--json``
+output crash or turn invalid. The wrappers are listed in ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+from uuid import UUID
+
+import attrs
+import cbor2
+
+from eventstore import Event
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Return ``obj`` as values :func:`json.dumps` accepts with ``allow_nan=False``."""
+    return _conv(obj, set())
+
+
+def _conv(obj: Any, path: set[int]) -> Any:
+    # one stack frame per nesting level (plain loops, no comprehensions): the
+    # CBOR decoder allows ~400 levels and that must fit Python's recursion limit
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else {"$float": _float_name(obj)}
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return {"$bytes": bytes(obj).hex()}
+    if id(obj) in path:  # CBOR value sharing can build cycles; JSON cannot hold one
+        return {"$cycle": True}
+    path.add(id(obj))
+    try:
+        if hasattr(obj, "to_json") and callable(obj.to_json):
+            return _conv(obj.to_json(), path)
+        if isinstance(obj, Mapping):
+            out: dict[str, Any] = {}
+            for k, v in obj.items():
+                out[_key(k, path)] = _conv(v, path)
+            return out
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            items = []
+            for v in obj:
+                items.append(_conv(v, path))
+            if isinstance(obj, (set, frozenset)):
+                return {"$set": sorted(items, key=lambda v: json.dumps(v, sort_keys=True))}
+            return items
+        if isinstance(obj, cbor2.CBORTag):
+            return {"$tag": obj.tag, "value": _conv(obj.value, path)}
+        if attrs.has(type(obj)):
+            return _conv({f.name: getattr(obj, f.name) for f in attrs.fields(type(obj))}, path)
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            return _conv({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}, path)
+        return _scalar(obj)
+    finally:
+        path.discard(id(obj))
+
+
+def _scalar(obj: Any) -> Any:
+    if isinstance(obj, dt.datetime):
+        return {"$datetime": obj.isoformat()}
+    if isinstance(obj, dt.date):
+        return {"$date": obj.isoformat()}
+    if isinstance(obj, Decimal):
+        return {"$decimal": str(obj)}
+    if isinstance(obj, Fraction):
+        return {"$fraction": str(obj)}
+    if isinstance(obj, UUID):
+        return {"$uuid": str(obj)}
+    if isinstance(obj, cbor2.CBORSimpleValue):
+        return {"$simple": int(obj.value)}
+    if obj is cbor2.undefined:
+        return {"$undefined": True}
+    return {"$repr": repr(obj)}
+
+
+def _float_name(x: float) -> str:
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _key(k: Any, path: set[int]) -> str:
+    if isinstance(k, str):
+        return k
+    return json.dumps(_conv(k, path), sort_keys=True, allow_nan=False)
+
+
+def dumps(obj: Any, *, compact: bool = False, ascii_only: bool = True) -> str:
+    """One JSON document for ``obj``; never raises for a value the log can hold."""
+    seps = (",", ":") if compact else (", ", ": ")
+    return json.dumps(to_jsonable(obj), separators=seps, ensure_ascii=ascii_only, allow_nan=False)
+
+
+# --- human forms --------------------------------------------------------------------
+
+
+def iso_time(at: float) -> str:
+    """Unix seconds as ISO 8601 UTC with milliseconds, e.g. ``2026-01-02T03:04:05.678Z``."""
+    try:
+        t = dt.datetime.fromtimestamp(at, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return str(at)
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def event_json(e: Event) -> dict[str, Any]:
+    """The JSON shape of one event: ``{"seq", "kind", "key", "at", "data"}``."""
+    return {"seq": e.seq, "kind": e.kind, "key": e.key, "at": e.at, "data": e.data}
+
+
+def event_line(e: Event) -> str:
+    """One event on one line: seq, ISO time, kind, key (``-`` when null), compact data."""
+    key = "-" if e.key is None else _safe_text(e.key)
+    data = dumps(e.data, compact=True, ascii_only=False)
+    return f"{e.seq:>6}  {iso_time(e.at)}  {e.kind}  {key}  {data}"
+
+
+def _safe_text(s: str) -> str:
+    """Plain text as is; anything with spaces or control characters as a JSON string."""
+    if s and s.isprintable() and " " not in s:
+        return s
+    return json.dumps(s, ensure_ascii=False)
+
+
+def human(obj: Any) -> str:
+    """A readable default form: ``key: value`` lines for a mapping, one line per item."""
+    obj = to_jsonable(obj)
+    if isinstance(obj, Mapping):
+        width = max((len(str(k)) for k in obj), default=0)
+        return "\n".join(f"{k + ':':<{width + 1}} {_human_value(v)}" for k, v in obj.items())
+    if isinstance(obj, list):
+        return "\n".join(_human_value(v) for v in obj)
+    return _human_value(obj)
+
+
+def _human_value(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):
+        return str(v)
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
