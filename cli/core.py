@@ -26,10 +26,9 @@ def init(ctx: Ctx) -> None:
         d.mkdir(parents=True, exist_ok=True)
     if created:
         _sync_dirs(ctx.store_dir, ctx.root)
-    state = "created" if created else "already exists:"
     ctx.emit(
         {"root": str(ctx.root), "store": str(ctx.store_dir), "created": created},
-        human=f"{state} store {ctx.store_dir}",
+        human=f"{'created store' if created else 'store already exists:'} {ctx.store_dir}",
     )
 
 

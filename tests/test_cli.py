@@ -11,6 +11,8 @@ import json
 import math
 import os
 import queue
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -728,3 +730,40 @@ def test_store_options_passes_a_ctx_first(tmp_path: Path) -> None:
     res = CliRunner().invoke(probe, ["--root", str(tmp_path), "--json", "--n", "4"])
     assert res.exit_code == 0 and one_json(res.stdout) == {"n": 4}
     assert seen == {"root": tmp_path, "json": True, "n": 4}
+
+
+# --- docs/cli.md examples -------------------------------------------------------------
+
+DOCS = REPO / "docs" / "cli.md"
+
+
+def _doc_examples() -> list[tuple[str, list[str]]]:
+    """``$ ctxledger ...`` lines of ```console blocks, each with the output shown under it."""
+    examples: list[tuple[str, list[str]]] = []
+    in_block = False
+    for line in DOCS.read_text().splitlines():
+        if line.strip().startswith("```"):
+            in_block = line.strip() == "```console"
+        elif in_block and line.startswith("$ "):
+            examples.append((line[2:], []))
+        elif in_block and examples:
+            examples[-1][1].append(line)
+    return examples
+
+
+def _normalise(text: str, home: Path) -> str:
+    text = text.replace("/home/me", str(home))
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", "<TIME>", text)
+    return re.sub(r'"at": [0-9.e+]+', '"at": <AT>', text)
+
+
+def test_docs_examples_run_as_shown(tmp_path: Path) -> None:
+    examples = _doc_examples()
+    assert len(examples) >= 10
+    for command, expected in examples:
+        argv = shlex.split(command)
+        assert argv[0] == "ctxledger", command
+        res = cli(*argv[1:])
+        assert res.exit_code == 0, f"{command}\n{res.output}"
+        want = _normalise("\n".join(expected), tmp_path).rstrip()
+        assert _normalise(res.stdout, tmp_path).rstrip() == want, command
