@@ -1,0 +1,27 @@
+"""Recall engine: BM25 plus path, symbol, test and task matching (pure, no I/O).
+
+    from projections.recall import RecallIndex, RecallDoc, RecallHit, tokenize, make_snippet
+
+See docs/recall.md for the semantics and docs/architecture.md for the layout.
+"""
+
+from __future__ import annotations
+
+from .index import B, BOOSTS, K1, SCOPES, RecallIndex
+from .snippet import make_snippet
+from .tokenize import tokenize
+from .types import RecallDoc, RecallHit, est_tokens, payload_strings
+
+__all__ = [
+    "B",
+    "BOOSTS",
+    "K1",
+    "SCOPES",
+    "RecallDoc",
+    "RecallHit",
+    "RecallIndex",
+    "est_tokens",
+    "make_snippet",
+    "payload_strings",
+    "tokenize",
+]

@@ -1,0 +1,112 @@
+"""Recall tokenizer: pure, deterministic, shared by indexing and querying.
+
+Rules (see docs/recall.md):
+
+* An *identifier* is a maximal run of word characters (``str.isalnum()``
+  characters and ``_``).  Everything else separates.
+* Every maximal run of letters/digits inside it is a token, lowercased.
+* An identifier that contains ``_`` (``parse_http``, ``__init__``) also yields
+  its whole, lowercased, before its parts (``parse_http parse http``).
+* A letter/digit run with camelCase or letter/digit boundaries yields the
+  whole run first, then its parts: ``parseHTTPHeader`` ->
+  ``parsehttpheader parse http header``; ``utf8`` -> ``utf8 utf 8``.
+  Plain words (one case, only letters or only digits) are themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_IDENT = re.compile(r"\w+")
+_RUN = re.compile(r"[^\W_]+")
+
+# cache of raw identifier -> tuple of tokens; bounded so a long-lived process
+# indexing unbounded junk cannot grow without limit
+_CACHE: dict[str, tuple[str, ...]] = {}
+_CACHE_MAX = 1 << 20
+
+
+def _split_run(run: str) -> list[str]:
+    """Split one letter/digit run at camelCase and letter/digit boundaries."""
+    parts: list[str] = []
+    start = 0
+    n = len(run)
+    # classes: 0 digit, 1 upper, 2 lower / uncased letter
+    def cls(ch: str) -> int:
+        if not ch.isalpha():
+            return 0
+        return 1 if ch.isupper() else 2
+
+    prev = cls(run[0])
+    for i in range(1, n):
+        cur = cls(run[i])
+        split = False
+        if (prev == 0) != (cur == 0):
+            split = True  # letter <-> digit
+        elif prev == 2 and cur == 1:
+            split = True  # fooBar
+        elif prev == 1 and cur == 2 and i - start >= 2:
+            # HTTPHeader: split before the last capital of an upper run
+            parts.append(run[start : i - 1])
+            start = i - 1
+        if split:
+            parts.append(run[start:i])
+            start = i
+        prev = cur
+    parts.append(run[start:])
+    return parts
+
+
+def _ident_tokens(ident: str) -> tuple[str, ...]:
+    out: list[str] = []
+    runs = _RUN.findall(ident)
+    if not runs:
+        return ()
+    if len(runs) > 1 or runs[0] != ident:
+        out.append(ident.lower())
+    for run in runs:
+        if run.isdigit() or (run.isalpha() and (run.islower() or run.isupper())):
+            out.append(run.lower())
+            continue
+        parts = _split_run(run)
+        out.append(run.lower())
+        if len(parts) > 1:
+            out.extend(p.lower() for p in parts)
+    return tuple(out)
+
+
+def ident_tokens(ident: str) -> tuple[str, ...]:
+    """Tokens of one identifier (a ``\\w+`` match), cached."""
+    toks = _CACHE.get(ident)
+    if toks is None:
+        toks = _ident_tokens(ident)
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[ident] = toks
+    return toks
+
+
+def tokenize(text: str) -> list[str]:
+    """Tokens of ``text`` in order, with identifier parts after each whole."""
+    cache = _CACHE
+    out: list[str] = []
+    for ident in _IDENT.findall(text):
+        toks = cache.get(ident)
+        if toks is None:
+            toks = ident_tokens(ident)
+        out.extend(toks)
+    return out
+
+
+def tokenize_all(texts: Iterable[str]) -> list[str]:
+    """Tokens of several texts, concatenated (texts never join across)."""
+    out: list[str] = []
+    for t in texts:
+        out.extend(tokenize(t))
+    return out
+
+
+def identifiers(text: str) -> list[str]:
+    """The raw identifiers (``\\w+`` runs) of ``text``, for bulk indexing."""
+    return _IDENT.findall(text)

@@ -1,0 +1,127 @@
+"""Recall documents and hits (plain values, no I/O)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import attrs
+
+
+def _str_tuple(value: Any) -> tuple[str, ...]:
+    """A packet list field as a tuple of strings (a lone string counts as one)."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)):
+        return tuple(v for v in value if isinstance(v, str))
+    return ()
+
+
+def payload_strings(payload: Any) -> Iterator[str]:
+    """Every string value inside ``payload``, depth first, in document order.
+
+    Mapping keys are structure, not text: only values are collected.
+    """
+    stack: list[Any] = [payload]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+
+
+@attrs.frozen
+class RecallDoc:
+    """What the recall index needs of one cache entry."""
+
+    cache_key: str
+    target: str
+    created_at: float
+    summary: str = ""
+    paths: tuple[str, ...] = ()
+    symbols: tuple[str, ...] = ()
+    tests: tuple[str, ...] = ()
+    task_ids: tuple[str, ...] = ()
+    packet_types: tuple[str, ...] = ()
+    payload_text: tuple[str, ...] = ()
+    est_bytes: int = 0
+
+    @classmethod
+    def from_packet(
+        cls, cache_key: str, packet: dict[str, Any], created_at: float, est_bytes: int
+    ) -> RecallDoc:
+        """Build from a packet as in DESIGN.md; payload strings collected recursively."""
+        summary = packet.get("summary")
+        target = packet.get("target")
+        return cls(
+            cache_key=cache_key,
+            target=target if isinstance(target, str) else "",
+            created_at=float(created_at),
+            summary=summary if isinstance(summary, str) else "",
+            paths=_str_tuple(packet.get("paths")),
+            symbols=_str_tuple(packet.get("symbols")),
+            tests=_str_tuple(packet.get("tests")),
+            task_ids=_str_tuple(packet.get("task_ids")),
+            packet_types=_str_tuple(packet.get("packet_types")),
+            payload_text=tuple(payload_strings(packet.get("payload"))),
+            est_bytes=int(est_bytes),
+        )
+
+    def texts(self) -> list[str]:
+        """The indexed text fields, in order: summary, paths, symbols, tests, payload."""
+        return [self.summary, *self.paths, *self.symbols, *self.tests, *self.payload_text]
+
+
+def est_tokens(est_bytes: int) -> int:
+    """Token estimate of an entry: ceil(bytes / 4) (the usual ~4 bytes per token)."""
+    return math.ceil(max(0, est_bytes) / 4)
+
+
+@attrs.frozen
+class RecallHit:
+    """One ranked recall answer."""
+
+    cache_key: str
+    target: str
+    score: float
+    summary: str
+    snippet: str
+    matched_tokens: tuple[str, ...]
+    matched_paths: tuple[str, ...]
+    matched_symbols: tuple[str, ...]
+    match_reasons: tuple[str, ...]
+    packet_types: tuple[str, ...]
+    task_ids: tuple[str, ...]
+    budget_estimate: dict[str, int]
+    created_at_unix: float
+    age_secs: float
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready mapping (lists, not tuples)."""
+        return {
+            "cache_key": self.cache_key,
+            "target": self.target,
+            "score": self.score,
+            "summary": self.summary,
+            "snippet": self.snippet,
+            "matched_tokens": list(self.matched_tokens),
+            "matched_paths": list(self.matched_paths),
+            "matched_symbols": list(self.matched_symbols),
+            "match_reasons": list(self.match_reasons),
+            "packet_types": list(self.packet_types),
+            "task_ids": list(self.task_ids),
+            "budget_estimate": dict(self.budget_estimate),
+            "created_at_unix": self.created_at_unix,
+            "age_secs": self.age_secs,
+        }
+
+
+def dedupe(items: Iterable[str]) -> list[str]:
+    """Items in first-seen order without repeats."""
+    return list(dict.fromkeys(items))
