@@ -100,6 +100,9 @@ class Ledger:
         self._digest = GENESIS_DIGEST
         self._last_at = 0.0
         self._torn: tuple[int, str] | None = None
+        # False while the active segment was only fast-scanned (footer of the last
+        # frame); a writer walks it fully before its first write (see _check_active)
+        self._active_checked = True
         self._unsynced = False
         self._last_sync = time.monotonic()
         self._batches: OrderedDict[str, Receipt] | None = None
@@ -159,6 +162,7 @@ class Ledger:
                 hdr = read_header(path, data)
                 self._set_active(base, path, hdr.roll_bytes)
                 self._adopt(scan_tail(path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, base, fast=True), data)
+                self._active_checked = False
         except (CorruptLogError, LedgerError) as e:
             if isinstance(e, LedgerIOError):
                 raise
@@ -170,6 +174,7 @@ class Ledger:
             self._fd = -1
         self._active_base, self._active_path, self._roll_at = base, path, roll_bytes
         self._end, self._torn = SEGMENT_HEADER_SIZE, None
+        self._active_checked = True  # new, or about to be walked in full by the caller
 
     def _adopt(self, tail: Tail, data: bytes, data_offset: int = 0) -> None:
         """Take ``tail`` (found in ``data``, which starts at ``data_offset``) as our state."""
@@ -302,6 +307,7 @@ class Ledger:
         self, rows: bytes, count: int, expected_head: int | None, batch_id: str | None
     ) -> Receipt:
         self._refresh()
+        self._check_active()
         if batch_id is not None:
             seen = self._batch_index().get(batch_id)
             if seen is not None:
@@ -345,6 +351,26 @@ class Ledger:
         if batch_id is not None:
             self._remember(batch_id, receipt)
         return receipt
+
+    def _check_active(self) -> None:
+        """Walk the active segment in full before this handle first writes to it.
+
+        Opening trusts a clean ending (the fast path), which cannot see bad bytes
+        in the middle of the segment. A writer must not append behind media
+        corruption (DESIGN.md rule 3: fail closed, never modify the damaged file).
+        """
+        if self._active_checked or self._active_path is None:
+            return
+        path = self._active_path
+        data = read_bytes(path)
+        try:
+            hdr = read_header(path, data)
+            tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, self._active_base, fast=False)
+        except CorruptLogError as e:
+            self._fault = e
+            raise
+        self._adopt(tail, data)
+        self._active_checked = True
 
     def _undo_write(self, fd: int, start: int) -> None:
         """A write failed part-way: cut the partial frame so the tail stays clean."""
@@ -462,14 +488,22 @@ class Ledger:
         """Whole batches ``(at, first_seq, rows)`` overlapping the range, in order."""
         with self._mutex:
             self._check_open()
-        for data, info, _path in self._frames(max(1, from_seq), to_seq):
-            try:
-                at, _bid, rows = decode_payload(payload_of(data, info))
-            except ValueError as e:
-                raise CorruptLogError(_path, info.offset, str(e)) from None
-            if len(rows) != info.count:
-                raise CorruptLogError(_path, info.offset, "event count does not match header")
-            yield float(at), info.first_seq, rows
+        try:
+            for data, info, _path in self._frames(max(1, from_seq), to_seq):
+                try:
+                    at, _bid, rows = decode_payload(payload_of(data, info))
+                except ValueError as e:
+                    raise CorruptLogError(_path, info.offset, str(e)) from None
+                if len(rows) != info.count:
+                    raise CorruptLogError(_path, info.offset, "event count does not match header")
+                yield float(at), info.first_seq, rows
+        except CorruptLogError as e:
+            # media corruption seen by a read closes this handle for appends too: a
+            # writer that made the segment never re-walks it and would append behind it
+            with self._mutex:
+                if self._fault is None:
+                    self._fault = e
+            raise
 
     def _frames(self, from_seq: int, to_seq: int | None) -> Iterator[tuple[bytes, FrameInfo, Path]]:
         segs = list_segments(self.log_dir)

@@ -1,0 +1,285 @@
+"""Property tests: the log round-trips, survives truncation, and detects bit flips.
+
+The pure codec (``eventstore.frame``) is hit with many inputs; the file ledger
+with fewer, since each example writes a small log to disk.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import strategies as S
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from eventstore import CorruptLogError, Event, Ledger
+from eventstore.frame import (
+    FRAME_OVERHEAD,
+    GENESIS_DIGEST,
+    SEGMENT_HEADER_SIZE,
+    FrameError,
+    SegmentHeaderError,
+    check_digest,
+    decode_payload,
+    decode_segment_header,
+    encode_frame,
+    encode_payload,
+    encode_segment_header,
+    frame_before,
+    has_valid_frame_after,
+    iter_frames,
+    last_frame_by_footer,
+    payload_of,
+    read_frame_header,
+)
+
+IO = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PAD = "p" * 120  # makes a few batches fill more than one 4 KiB segment
+
+Batch = tuple[int, list[tuple[str, Any, Any]]]  # (first_seq, rows)
+
+
+@contextmanager
+def log_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ctxl-prop-") as d:
+        yield Path(d) / "log"
+
+
+def padded(batches: list[list[Event]]) -> list[list[Event]]:
+    return [[Event(e.kind, e.key, {**e.data, "_pad": PAD}) for e in b] for b in batches]
+
+
+def write_log(path: Path, batches: list[list[Event]], segment_bytes: int = 4096) -> list[Batch]:
+    out: list[Batch] = []
+    with Ledger.open(path, segment_bytes=segment_bytes, sync="none") as led:
+        for b in batches:
+            r = led.append(b)
+            out.append((r.first_seq, [(e.kind, e.key, dict(e.data)) for e in b]))
+    return out
+
+
+def read_all(path: Path) -> list[Batch]:
+    with Ledger.open(path, readonly=True) as led:
+        return [(first, [(r[0], r[1], r[2]) for r in rws]) for _at, first, rws in led.read_batches()]
+
+
+def segments(path: Path) -> list[Path]:
+    return sorted(path.glob("*.seg"))
+
+
+def files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+# --- the ledger ------------------------------------------------------------------------
+
+
+@settings(IO, max_examples=30)
+@given(batches=S.batch_lists)
+def test_any_batches_round_trip_across_segments(batches: list[list[Event]]) -> None:
+    with log_dir() as path:
+        wrote = write_log(path, padded(batches))
+        assert read_all(path) == wrote
+        events = list(Ledger.open(path, readonly=True).read())
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        assert [(e.kind, e.key, e.data) for e in events] == [r for _f, rows in wrote for r in rows]
+        with Ledger.open(path) as led:
+            rep = led.verify()
+            assert rep.ok and rep.events == len(events) and rep.frames == len(batches)
+
+
+@settings(IO, max_examples=60)
+@given(batches=S.batch_lists, data=st.data())
+def test_truncating_the_last_segment_anywhere_leaves_whole_batches(
+    batches: list[list[Event]], data: st.DataObject
+) -> None:
+    with log_dir() as path:
+        wrote = write_log(path, padded(batches))
+        last = segments(path)[-1]
+        raw = last.read_bytes()
+        base = int(last.name[:20])
+        hdr = decode_segment_header(raw)
+        ends = {SEGMENT_HEADER_SIZE} | {f.end for f in iter_frames(raw, SEGMENT_HEADER_SIZE, hdr.prev_digest, base)}
+        cut = data.draw(st.integers(SEGMENT_HEADER_SIZE, len(raw)), label="cut")
+        last.write_bytes(raw[:cut])
+        damaged = files(path)
+
+        got = read_all(path)
+        assert got == wrote[: len(got)]  # a prefix of whole batches
+        assert len(got) >= sum(1 for first, _ in wrote if first < base)  # earlier segments intact
+        head = got[-1][0] + len(got[-1][1]) - 1 if got else 0
+        with Ledger.open(path, readonly=True) as ro:
+            assert ro.head == head
+            assert ro.verify().ok == (cut in ends)
+        assert files(path) == damaged  # readers never modify files
+
+        with Ledger.open(path, segment_bytes=4096) as led:
+            r = led.append([Event("after.cut", None, {"n": 1})])
+            assert r.first_seq == head + 1
+            assert led.verify().ok
+        assert read_all(path) == got + [(head + 1, [("after.cut", None, {"n": 1})])]
+
+
+@settings(IO, max_examples=150)
+@given(batches=S.batch_lists, data=st.data())
+def test_any_single_bit_flip_is_detected_and_never_read(batches: list[list[Event]], data: st.DataObject) -> None:
+    with log_dir() as path:
+        wrote = write_log(path, padded(batches))
+        segs = segments(path)
+        seg = data.draw(st.sampled_from(segs), label="segment")
+        raw = bytearray(seg.read_bytes())
+        bit = data.draw(st.integers(0, len(raw) * 8 - 1), label="bit")
+        raw[bit // 8] ^= 1 << (bit % 8)
+        seg.write_bytes(bytes(raw))
+
+        with Ledger.open(path, readonly=True) as ro:
+            rep = ro.verify()
+            assert not rep.ok and rep.problems
+            assert rep.problems[0].segment == seg.name
+            # reads either fail closed or return an exact prefix of whole batches
+            try:
+                got = read_all(path)
+            except CorruptLogError as e:
+                assert e.segment.name == seg.name
+            else:
+                assert got == wrote[: len(got)] and len(got) < len(wrote)
+            try:
+                events = [(e.seq, e.kind, e.key, e.data) for e in ro.read()]
+            except CorruptLogError:
+                pass
+            else:
+                flat = [(first + i, *row) for first, rows in wrote for i, row in enumerate(rows)]
+                assert events == flat[: len(events)]
+        with Ledger.open(path) as led:  # a writer's reads obey the same rule
+            try:
+                got = [(first, [tuple(r) for r in rws]) for _at, first, rws in led.read_batches()]
+            except CorruptLogError:
+                pass
+            else:
+                assert got == wrote[: len(got)]
+
+
+# --- the pure frame codec ----------------------------------------------------------------
+
+digests = st.binary(min_size=32, max_size=32)
+payloads = st.binary(max_size=300)
+
+
+@settings(max_examples=300)
+@given(prev=digests, first=st.integers(1, 2**63), count=st.integers(1, 2**31), payload=payloads)
+def test_frame_round_trip(prev: bytes, first: int, count: int, payload: bytes) -> None:
+    frame, digest = encode_frame(prev, first, count, payload)
+    assert len(frame) == len(payload) + FRAME_OVERHEAD
+    buf = b"junk" + frame
+    info = read_frame_header(buf, 4)
+    assert (info.offset, info.end, info.first_seq, info.count, info.digest) == (4, len(buf), first, count, digest)
+    check_digest(buf, info, prev)
+    assert bytes(payload_of(buf, info)) == payload
+    assert last_frame_by_footer(buf, 4) == info
+    wrong = bytes([prev[0] ^ 1]) + prev[1:]
+    with pytest.raises(FrameError):
+        check_digest(buf, info, wrong)
+
+
+@settings(max_examples=200)
+@given(at=st.floats(allow_nan=False), bid=st.none() | st.text(max_size=20), batch=S.batches)
+def test_payload_round_trip(at: float, bid: str | None, batch: list[Event]) -> None:
+    rows = [[e.kind, e.key, dict(e.data)] for e in batch]
+    got_at, got_bid, got_rows = decode_payload(encode_payload(at, bid, rows))
+    assert (got_at, got_bid, got_rows) == (at, bid, rows)
+
+
+@settings(max_examples=200)
+@given(base=st.integers(1, 2**64 - 1), prev=digests, roll=st.integers(1024, 2**40))
+def test_segment_header_round_trip(base: int, prev: bytes, roll: int) -> None:
+    raw = encode_segment_header(base, prev, roll)
+    assert len(raw) == SEGMENT_HEADER_SIZE
+    hdr = decode_segment_header(raw)
+    assert (hdr.base_seq, hdr.prev_digest, hdr.version) == (base, prev, 1)
+    assert hdr.roll_bytes == roll // 1024 * 1024
+
+
+def chain(payload_list: list[bytes]) -> tuple[bytes, list[bytes]]:
+    buf, prev, seq, digests_ = b"", GENESIS_DIGEST, 1, []
+    for p in payload_list:
+        frame, prev = encode_frame(prev, seq, 2, p)
+        buf += frame
+        digests_.append(prev)
+        seq += 2
+    return buf, digests_
+
+
+@settings(max_examples=300)
+@given(ps=st.lists(payloads, min_size=1, max_size=5))
+def test_iter_frames_walks_a_chain(ps: list[bytes]) -> None:
+    buf, digests_ = chain(ps)
+    infos = list(iter_frames(buf, 0, GENESIS_DIGEST, 1))
+    assert [i.digest for i in infos] == digests_
+    assert [i.first_seq for i in infos] == list(range(1, 2 * len(ps), 2))
+    last = last_frame_by_footer(buf, 0)
+    assert last == infos[-1]
+    if len(infos) > 1:
+        assert frame_before(buf, infos[-1], 0) == infos[-2]
+
+
+def _never_crash(buf: bytes, start: int) -> list[bytes]:
+    """Run every scanning function; only FrameError may escape iter_frames."""
+    seen = []
+    try:
+        for info in iter_frames(buf, start, GENESIS_DIGEST, 1):
+            seen.append(info.digest)
+    except FrameError:
+        pass
+    has_valid_frame_after(buf, start, 1)
+    last = last_frame_by_footer(buf, start)
+    if last is not None:
+        frame_before(buf, last, start)
+    return seen
+
+
+@settings(max_examples=500)
+@given(buf=st.binary(max_size=400), start=st.integers(0, 40))
+def test_scanning_random_bytes_raises_only_frame_error(buf: bytes, start: int) -> None:
+    assume(start <= len(buf))
+    assert _never_crash(buf, start) == []
+    try:
+        decode_segment_header(buf)
+    except SegmentHeaderError:
+        pass
+    try:
+        decode_payload(buf)
+    except ValueError:
+        pass
+
+
+@settings(max_examples=500)
+@given(
+    ps=st.lists(payloads, min_size=1, max_size=4),
+    edits=st.lists(
+        st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]), st.integers(0, 2**16), st.binary(min_size=1, max_size=8)),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_scanning_damaged_chains_yields_only_original_frames(ps: list[bytes], edits: list[tuple[str, int, bytes]]) -> None:
+    buf, digests_ = chain(ps)
+    b = bytearray(buf)
+    for op, pos, junk in edits:
+        pos %= len(b) + 1
+        if op == "flip" and pos < len(b):
+            b[pos] ^= junk[0] or 1
+        elif op == "cut":
+            del b[pos:]
+        elif op == "insert":
+            b[pos:pos] = junk
+        elif op == "delete":
+            del b[pos : pos + len(junk)]
+        if not b:
+            break
+    seen = _never_crash(bytes(b), 0)
+    assert seen == digests_[: len(seen)]  # a damaged chain never yields a frame it did not hold
