@@ -229,6 +229,8 @@ class Ledger:
                 raise self._fault from None
             self._note_batches(data, tail, 0)
             self._adopt(tail, data, self._end)
+        elif size == self._end:
+            self._torn = None  # another writer already cut the torn tail we saw
         elif size < self._end:
             self._fault = CorruptLogError(
                 self._active_path, size, f"segment shrank from {self._end} to {size} bytes"

@@ -6,6 +6,7 @@ about the bytes inside is delegated to the pure codec in ``frame.py``.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterator
@@ -99,6 +100,8 @@ def create_segment(
                 _osio.fsync(fd)
         finally:
             os.close(fd)
+        if os.path.exists(final):  # never replace a segment (and the batches in it)
+            raise FileExistsError(errno.EEXIST, "segment already exists")
         _osio.replace(tmp, final)
         if sync:
             _osio.fsync_dir(log_dir)

@@ -463,6 +463,25 @@ class TestFileLedger(LedgerContract):
         # the cut bytes were moved aside, not deleted
         assert any((tmp_path / "log" / "quarantine").iterdir())
 
+    def test_torn_tail_cut_by_another_writer_before_a_roll(self, tmp_path: Path) -> None:
+        """Regression: a handle that had seen a torn tail kept believing in it after
+        another writer cut it, never moved to that writer's new segment, and
+        "rolled" by replacing it -- losing the other writer's acknowledged batch."""
+        log = tmp_path / "log"
+        with self.make_ledger(tmp_path, segment_bytes=4096, sync="none") as w:
+            while not list(log.glob("*.seg")) or sorted(log.glob("*.seg"))[-1].stat().st_size < 4096:
+                w.append([ev(0, pad="x" * 100)])
+        seg = sorted(log.glob("*.seg"))[-1]
+        with open(seg, "ab") as f:
+            f.write(b"\x01" * 30)  # a torn tail in a full segment
+        with self.make_ledger(tmp_path, segment_bytes=4096) as a, self.make_ledger(tmp_path, segment_bytes=4096) as b:
+            head = a.head  # a sees the torn tail
+            rb = b.append([Event("b.acked")])  # b cuts it and rolls
+            ra = a.append([Event("a.acked")])
+            assert (rb.first_seq, ra.first_seq) == (head + 1, head + 2)
+            assert [e.kind for e in a.read(head + 1)] == ["b.acked", "a.acked"]
+            assert a.verify().ok
+
     def test_empty_segment_file_list_is_empty_log(self, tmp_path: Path) -> None:
         (tmp_path / "log").mkdir()
         with self.make_ledger(tmp_path, readonly=True) as ro:
