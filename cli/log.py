@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
+import select
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -172,5 +175,20 @@ def _follow(led: Ledger, after: int, interval: float) -> Iterator[Event]:
         if head > after:
             yield from led.read(after + 1, head)
             after = head
+        elif _reader_gone():  # `tail -f | head -1`: stop now, not at the next event
+            raise BrokenPipeError(errno.EPIPE, "stdout was closed")
         else:
             time.sleep(interval)
+
+
+def _reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has exited (POLLERR on the write end)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # not a real file (a test runner's buffer)
+        return False
+    if not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)  # no events asked for: only errors and hang-ups are reported
+    return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0))

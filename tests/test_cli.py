@@ -615,6 +615,25 @@ def test_closed_stdout_ends_quietly(root: Path) -> None:
         assert p.returncode == 1 if not extra else p.returncode in (0, 1)
 
 
+def test_follow_stops_when_the_reader_goes_away(root: Path) -> None:
+    argv = [sys.executable, "-m", "cli", "log", "tail", "--root", str(root), "-n", "1", "-f"]
+    p = subprocess.Popen(
+        [*argv, "--interval", "0.02"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=proc_env(),
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.readline()
+    p.stdout.close()  # like `ctxledger log tail -f | head -1`, with no new events coming
+    try:
+        p.wait(timeout=20)
+    finally:
+        if p.returncode is None:
+            p.kill()
+    assert p.returncode == 1 and p.stderr.read() == b""
+
+
 def test_console_script() -> None:
     exe = shutil.which("ctxledger")
     if exe is None:
