@@ -1,0 +1,234 @@
+"""Recall index: filters, scopes, structured matches, incremental == rebuilt, bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from projections.recall import BOOSTS, RecallDoc, RecallHit, RecallIndex
+
+
+def doc(key: str, summary: str = "", created: float = 1.0, target: str = "diffy.analyze",
+        paths: tuple[str, ...] = (), symbols: tuple[str, ...] = (), tests: tuple[str, ...] = (),
+        tasks: tuple[str, ...] = (), ptypes: tuple[str, ...] = (),
+        payload: tuple[str, ...] = (), est: int = 100) -> RecallDoc:
+    return RecallDoc(key, target, created, summary, paths, symbols, tests, tasks, ptypes,
+                     payload, est)
+
+
+CORPUS = [
+    doc("auth", "coverage gap in auth", 10.0, paths=("src/auth.rs",), symbols=("AuthService",),
+        tests=("tests/auth.rs::test_login",), tasks=("task-123",), ptypes=("coverage",)),
+    doc("svc", "service layer refactor", 20.0, paths=("src/service.rs", "src/lib.rs"),
+        symbols=("AuthService.login", "Service"), tasks=("task-9",), ptypes=("refactor",)),
+    doc("svc2", "another service module", 30.0, target="other.tool",
+        paths=("lib/service.rs",), symbols=("ServiceFactory",), ptypes=("coverage",)),
+    doc("hdr", "header parsing", 40.0, paths=("src/http/header.py",),
+        symbols=("parseHTTPHeader",), tests=("test_parse_header",), tasks=("task-123",),
+        payload=("parses an HTTP header line",)),
+]
+
+
+@pytest.fixture(params=["built", "incremental", "reloaded"])
+def idx(request: pytest.FixtureRequest) -> RecallIndex:
+    if request.param == "built":
+        return RecallIndex.build(CORPUS)
+    inc = RecallIndex()
+    for d in CORPUS:
+        inc.add(d)
+    if request.param == "incremental":
+        return inc
+    return RecallIndex.from_bytes(inc.to_bytes())
+
+
+def keys(hits: list[RecallHit]) -> list[str]:
+    return [h.cache_key for h in hits]
+
+
+def test_path_query_matches_suffix_without_filter(idx: RecallIndex) -> None:
+    hits = idx.search("src/service.rs", now=100.0)
+    assert hits[0].cache_key == "svc"
+    assert "path_match" in hits[0].match_reasons
+    assert hits[0].matched_paths == ("src/service.rs",)
+    # "service.rs" names two paths: no alias boost, only text
+    hits = idx.search("service.rs")
+    assert all("path_match" not in h.match_reasons for h in hits)
+    # a unique basename is an alias
+    hits = idx.search("auth.rs")
+    assert hits[0].cache_key == "auth" and hits[0].matched_paths == ("src/auth.rs",)
+    assert "path_match" in hits[0].match_reasons
+
+
+def test_symbol_exact_beats_prefix_and_contains(idx: RecallIndex) -> None:
+    hits = idx.search("AuthService")
+    assert keys(hits)[:2] == ["auth", "svc"]
+    assert hits[0].matched_symbols == ("AuthService",)
+    assert hits[1].matched_symbols == ("AuthService.login",)
+    assert "symbol_match" in hits[0].match_reasons
+    # last qualified component counts as exact; case-insensitive
+    hits = idx.search("LOGIN")
+    assert hits[0].cache_key == "svc" and hits[0].matched_symbols == ("AuthService.login",)
+
+
+def test_test_and_task_matches(idx: RecallIndex) -> None:
+    hits = idx.search("test_login")
+    assert hits[0].cache_key == "auth" and "test_match" in hits[0].match_reasons
+    hits = idx.search("task-123")
+    assert set(keys(hits)) == {"auth", "hdr"}
+    assert all(h.match_reasons == ("task_match",) for h in hits)
+    assert all(h.score == BOOSTS["task_exact"] for h in hits)
+    # newest first on equal score
+    assert keys(hits) == ["hdr", "auth"]
+
+
+def test_filters(idx: RecallIndex) -> None:
+    assert keys(idx.search("service", target="other.tool")) == ["svc2"]
+    assert set(keys(idx.search("service", packet_types=["coverage"]))) == {"svc2", "auth"}
+    assert keys(idx.search("service", since=25.0)) == ["svc2"]
+    assert keys(idx.search("service", until=25.0)) == ["svc", "auth"]
+    assert keys(idx.search("service", path_filters=["lib/service.rs"])) == ["svc2"]
+    assert set(keys(idx.search("service", path_filters=["service.rs"]))) == {"svc", "svc2"}
+    hits = idx.search("service", symbol_filters=["servicefactory"])
+    assert keys(hits) == ["svc2"] and hits[0].matched_symbols == ("ServiceFactory",)
+    # filter-only (empty query) lists matching entries newest first
+    assert keys(idx.search("", packet_types=["coverage"])) == ["svc2", "auth"]
+    assert keys(idx.search("", target="nope")) == []
+
+
+def test_scopes(idx: RecallIndex) -> None:
+    glob = keys(idx.search("service auth header"))
+    first = idx.search("service auth header", scope="task-first", task_id="task-123")
+    assert set(keys(first)) == set(glob)
+    assert set(keys(first)[:2]) == {"auth", "hdr"}
+    assert all("task_match" in h.match_reasons for h in first[:2])
+    only = idx.search("service auth header", scope="task-only", task_id="task-123")
+    assert set(keys(only)) == {"auth", "hdr"}
+    assert keys(idx.search("", scope="task-only", task_id="task-9")) == ["svc"]
+
+
+def test_limits_and_usage_errors(idx: RecallIndex) -> None:
+    assert len(idx.search("service", limit=1)) == 1
+    assert idx.search("service", limit=0) == []
+    with pytest.raises(ValueError, match="scope"):
+        idx.search("x", scope="everywhere")
+    with pytest.raises(ValueError, match="limit"):
+        idx.search("x", limit=-1)
+    with pytest.raises(ValueError, match="empty query"):
+        idx.search("   ")
+    with pytest.raises(ValueError, match="task"):
+        idx.search("x", scope="task-only")
+
+
+def test_hit_fields(idx: RecallIndex) -> None:
+    h = idx.search("header", now=100.0)[0]
+    assert h.cache_key == "hdr" and h.target == "diffy.analyze"
+    assert h.summary == "header parsing"
+    assert "header" in h.snippet
+    assert h.matched_tokens == ("header",)
+    assert h.budget_estimate == {"est_tokens": 25, "est_bytes": 100}
+    assert h.created_at_unix == 40.0 and h.age_secs == 60.0
+    assert h.task_ids == ("task-123",)
+    j = h.to_json()
+    assert j["matched_tokens"] == ["header"] and j["budget_estimate"]["est_tokens"] == 25
+
+
+def test_readd_refreshes_and_remove() -> None:
+    idx = RecallIndex.build(CORPUS)
+    assert len(idx) == 4 and "auth" in idx
+    idx.add(doc("auth", "coverage gap in auth", 99.0))
+    assert len(idx) == 4
+    assert idx.search("auth")[0].created_at_unix == 99.0
+    idx.remove("auth")
+    idx.remove("absent")
+    assert len(idx) == 3 and "auth" not in idx
+    assert "auth" not in keys(idx.search("auth coverage"))
+    assert "auth" not in keys(idx.search("", since=0.0))
+
+
+def test_garbled_bytes_raise_value_error() -> None:
+    data = RecallIndex.build(CORPUS).to_bytes()
+    for bad in (b"", data[:10], data[:-1], data[:100] + b"\xff" + data[101:],
+                data[:-40] + bytes(40), b"junk" * 100):
+        with pytest.raises(ValueError):
+            RecallIndex.from_bytes(bad)
+
+
+# ------------------------------------------------------------------ properties
+KEYS = [f"k{i}" for i in range(8)]
+WORDS = ["alpha", "beta", "gammaRay", "delta_x", "common", "io2"]
+PATHS = ["src/a.py", "lib/a.py", "src/b.rs", "c.txt"]
+SYMS = ["Alpha", "Beta.gamma", "DeltaX", "commonThing"]
+
+
+@st.composite
+def rdocs(draw: st.DrawFn) -> RecallDoc:
+    w = st.sampled_from(WORDS)
+    return doc(
+        draw(st.sampled_from(KEYS)),
+        " ".join(draw(st.lists(w, max_size=6))),
+        float(draw(st.integers(0, 9))),
+        target=draw(st.sampled_from(["t1", "t2"])),
+        paths=tuple(draw(st.lists(st.sampled_from(PATHS), max_size=2))),
+        symbols=tuple(draw(st.lists(st.sampled_from(SYMS), max_size=2))),
+        tests=tuple(draw(st.lists(st.sampled_from(["test_alpha", "test_b"]), max_size=1))),
+        tasks=tuple(draw(st.lists(st.sampled_from(["task-1", "task-2"]), max_size=2))),
+        ptypes=tuple(draw(st.lists(st.sampled_from(["cov", "ref"]), max_size=1))),
+        payload=tuple(draw(st.lists(w, max_size=3))),
+    )
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("add"), rdocs()),
+    st.tuples(st.just("remove"), st.sampled_from(KEYS)),
+    st.tuples(st.just("compact"), st.none()),
+    st.tuples(st.just("reload"), st.none()),
+), max_size=25)
+
+QUERIES = [
+    dict(query="alpha"), dict(query="common beta io2"), dict(query="a.py"),
+    dict(query="src/a.py"), dict(query="DeltaX gammaRay"), dict(query="alph commonth"),
+    dict(query="test_alpha task-1"), dict(query="", target="t1"),
+    dict(query="alpha", path_filters=["a.py"]), dict(query="beta", symbol_filters=["gam"]),
+    dict(query="common", packet_types=["cov"], since=3.0, until=8.0),
+    dict(query="alpha beta", scope="task-first", task_id="task-1"),
+    dict(query="common", scope="task-only", task_id="task-2"),
+    dict(query="alpha common", live_after=4.0),
+    dict(query="c.txt", live_after=2.0),
+]
+
+
+def answers(idx: RecallIndex) -> list[list[tuple[object, ...]]]:
+    out = []
+    for q in QUERIES:
+        hits = idx.search(limit=5, now=50.0, **q)  # type: ignore[arg-type]
+        out.append([(h.cache_key, round(h.score, 9), h.match_reasons, h.matched_tokens,
+                     h.matched_paths, h.matched_symbols, h.target, h.created_at_unix,
+                     h.summary, h.task_ids, h.packet_types, h.snippet) for h in hits])
+    return out
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops)
+def test_incremental_equals_rebuilt(steps: list[tuple[str, object]]) -> None:
+    idx = RecallIndex()
+    model: dict[str, RecallDoc] = {}
+    for op, arg in steps:
+        if op == "add":
+            assert isinstance(arg, RecallDoc)
+            idx.add(arg)
+            model.pop(arg.cache_key, None)
+            model[arg.cache_key] = arg
+        elif op == "remove":
+            assert isinstance(arg, str)
+            idx.remove(arg)
+            model.pop(arg, None)
+        elif op == "compact":
+            idx.compact()
+        else:
+            idx = RecallIndex.from_bytes(idx.to_bytes())
+    assert len(idx) == len(model)
+    assert all(k in idx for k in model)
+    rebuilt = RecallIndex.build(model.values())
+    assert answers(idx) == answers(rebuilt)
+    assert answers(RecallIndex.from_bytes(rebuilt.to_bytes())) == answers(rebuilt)
