@@ -47,6 +47,9 @@ COMMANDS: dict[str, str] = {
 """Every top-level command: name -> ``"module:attribute"`` of a click command or group."""
 
 DEBUG_ENV = "CTXLEDGER_DEBUG"
+_NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(
+    click.exceptions, "NoArgsIsHelpError", ()
+)  # click >= 8.2
 EXIT_INTERRUPTED = 130
 
 
@@ -118,6 +121,9 @@ def run_guarded(invoke: Any) -> int:
             return EXIT_INTERRUPTED
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
+        except _NO_ARGS_IS_HELP as e:  # bare `ctxledger` / `ctxledger log`: help, as click does
+            e.show()
+            return e.exit_code
         except click.UsageError as e:
             hint = f" (try '{e.ctx.command_path} --help')" if e.ctx is not None else ""
             return _fail(e.format_message() + hint, e.exit_code)

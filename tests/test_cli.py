@@ -645,6 +645,13 @@ def test_console_script() -> None:
     one_error_line(p.stderr)
 
 
+@pytest.mark.parametrize("args", [[], ["log"]], ids=["ctxledger", "ctxledger log"])
+def test_a_bare_group_prints_its_help(args: list[str]) -> None:
+    res = cli(*args)
+    assert res.exit_code in (0, 2)  # click >= 8.2 treats it as a usage error
+    assert "Usage: ctxledger" in res.output and "error:" not in res.output
+
+
 def test_version() -> None:
     res = cli("--version")
     assert res.exit_code == 0 and res.stdout.startswith("ctxledger ")
