@@ -35,7 +35,11 @@ class WriterLock:
         except BlockingIOError:
             self._wait()
         if self._pid_bytes[:PID_FIELD] != self._read_pid_bytes():
-            os.pwrite(self._fd, self._pid_bytes, 0)
+            try:
+                os.pwrite(self._fd, self._pid_bytes, 0)
+            except OSError as e:  # callers release only a lock acquire() returned
+                self.release()
+                raise LedgerIOError(f"cannot write lock file {self.path}: {e.strerror or e}") from e
 
     def _wait(self) -> None:
         start = time.monotonic()

@@ -334,6 +334,24 @@ def test_failed_write_and_failed_undo_poison_then_reopen_repairs(tmp_path: Path,
     check_reopened(log, [0])
 
 
+def test_failing_lock_file_write_releases_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([ev(0)])
+    (log / "LOCK").write_bytes(b"999999".ljust(23) + b"\n")  # an earlier holder's pid
+    a = Ledger.open(log)
+    b = Ledger.open(log, lock_timeout=0.5)
+    monkeypatch.setattr(os, "pwrite", oserror(errno.EIO))  # the lock's own pid write
+    with pytest.raises(LedgerIOError):
+        a.append([ev(1)])
+    monkeypatch.undo()
+    assert b.append([ev(1)]).first_seq == 2  # a did not keep the lock
+    assert a.append([ev(2)]).first_seq == 3
+    a.close()
+    b.close()
+    check_reopened(log, [0, 1, 2])
+
+
 FAULTS = {
     "ok": None,
     "write-EIO": ("pwrite", lambda: oserror(errno.EIO)),

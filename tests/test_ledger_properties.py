@@ -39,7 +39,7 @@ from eventstore.frame import (
 )
 
 IO = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-PAD = "p" * 120  # makes a few batches fill more than one 4 KiB segment
+PAD = "p" * 300  # most examples fill more than one 4 KiB segment
 
 Batch = tuple[int, list[tuple[str, Any, Any]]]  # (first_seq, rows)
 
