@@ -9,6 +9,7 @@ merges the two, which is what a checkpoint stores.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,8 @@ VERSION = 1
 PUT = "cache.put"
 EVICTED = "cache.evicted"
 EVICTION_REASONS = ("expired_ttl", "manual_prune", "corrupt_load_recovery")
+
+_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 Row = tuple[int, float, int, int]  # (seq, created_at, target_id, nbytes)
 
@@ -77,7 +80,7 @@ class CacheState:
         packet = data.get("packet") if isinstance(data, dict) else None
         target = packet.get("target") if isinstance(packet, dict) else None
         nbytes = data.get("bytes", 0) if isinstance(data, dict) else 0
-        if key is None or not isinstance(target, str) or not isinstance(nbytes, int):
+        if key is None or not isinstance(target, str) or not _is_size(nbytes):
             self._bad()
             return
         tid = self.target_ix.get(target)
@@ -219,8 +222,14 @@ class CacheState:
                 "skipped_unknown": self.skipped_unknown, "skipped_bad": self.skipped_bad}
 
 
+def _is_size(n: object) -> bool:
+    """A byte count the int64 column can hold (not a bool, not negative)."""
+    return type(n) is int and 0 <= n < 2**63
+
+
 def _key_bytes(key: object) -> bytes | None:
-    if not isinstance(key, str) or len(key) != 64:
+    # bytes.fromhex skips whitespace: "ab...  cd" would become a 31-byte key
+    if not isinstance(key, str) or len(key) != 64 or not _HEX.fullmatch(key):
         return None
     try:
         return bytes.fromhex(key)

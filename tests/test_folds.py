@@ -1,0 +1,587 @@
+"""Fold determinism of the cache view, and the runner's checkpoint handling.
+
+For any event sequence (well-formed, malformed, unknown kinds), the state a
+long-lived store reaches incrementally (with checkpoints, reopens and crashes
+in between) equals a full rebuild, ``replay()``, a fresh fold, and a plain
+dict-based reference fold written here. ``as_of`` equals the state at that seq.
+Checkpoints the log does not vouch for are refused, counted and named.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cache_strategies import GOOD_KEYS, event_batches, flip_byte, tree_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventstore import Event, Ledger, LedgerError
+from projections import (
+    CacheState,
+    ContextStore,
+    EntrySummary,
+    StoreConfig,
+    canonical_bytes,
+    fold,
+    replay,
+    store_dir,
+)
+from projections import cache as cache_mod
+from projections.checkpoints import CheckpointDir
+
+TTL = 86_400
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+# --- a reference fold: plain dicts, no numpy, no checkpoints -----------------------------------
+
+class RefCache:
+    """What the cache view must compute, written as simply as possible."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.entries: dict[str, tuple[int, float, str, int]] = {}
+        self.evictions: dict[str, int] = {}
+        self.unknown = 0
+        self.bad = 0
+
+    def apply(self, kind: str, key: Any, data: Any, seq: int, at: float) -> None:
+        if seq <= self.seq:
+            return
+        self.seq = seq
+        good_key = isinstance(key, str) and bool(_HEX64.fullmatch(key))
+        if kind == "cache.put":
+            packet = data.get("packet")
+            target = packet.get("target") if isinstance(packet, dict) else None
+            nbytes = data.get("bytes", 0)
+            ok_bytes = type(nbytes) is int and 0 <= nbytes < 2**63
+            if not good_key or not isinstance(target, str) or not ok_bytes:
+                self.bad += 1
+                n = self.evictions.get("corrupt_load_recovery", 0)
+                self.evictions["corrupt_load_recovery"] = n + 1
+                return
+            self.entries[key.lower()] = (seq, float(at), target, nbytes)
+        elif kind == "cache.evicted":
+            reason = data.get("reason")
+            if not good_key or not isinstance(reason, str):
+                self.bad += 1
+                return
+            if self.entries.pop(key.lower(), None) is not None:
+                self.evictions[reason] = self.evictions.get(reason, 0) + 1
+        else:
+            self.unknown += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"seq": self.seq, "entries": dict(self.entries), "evictions": dict(self.evictions),
+                "skipped_unknown": self.unknown, "skipped_bad": self.bad}
+
+    def listing(self) -> list[EntrySummary]:
+        """``store.list`` of this state when nothing has expired, unpaged."""
+        rows = sorted(self.entries.items(), key=lambda kv: (-kv[1][1], kv[0]))
+        return [EntrySummary(k, t, int(c), int(c + TTL), s, n) for k, (s, c, t, n) in rows]
+
+
+def view_state(store: ContextStore) -> CacheState:
+    return store.runner.views[cache_mod.NAME].state  # type: ignore[return-value]
+
+
+def fresh_fold(led: Ledger, until: int | None = None) -> dict[str, Any]:
+    st_ = CacheState()
+    fold(led, [st_], 1, until)
+    return st_.snapshot()
+
+
+def replay_form(snap: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot as ``replay()`` reports it (entry count instead of entries)."""
+    return {k: (len(v) if k == "entries" else v) for k, v in snap.items()}
+
+
+NEVER = lambda: 0.0  # noqa: E731  a clock at which nothing has expired (created_at > 0 - ttl)
+
+
+def open_store(root: Path, **kw: Any) -> ContextStore:
+    cfg = StoreConfig(checkpoint_every_events=3, checkpoint_every_seconds=1e9)
+    return ContextStore.open(root, clock=NEVER, config=cfg, **kw)
+
+
+# --- fold determinism ---------------------------------------------------------------------------
+
+actions = st.sampled_from(["none", "none", "checkpoint", "reopen", "crash", "put_many"])
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.tuples(event_batches, actions), min_size=1, max_size=8))
+def test_incremental_equals_rebuild_replay_and_fresh_fold(
+        steps: list[tuple[list[Event], str]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ref = RefCache()
+        at_seq: dict[int, dict[str, Any]] = {0: ref.snapshot()}
+        listings: dict[int, list[EntrySummary]] = {0: []}
+        store = open_store(root)
+        try:
+            for batch, action in steps:
+                r = store.ledger.append(batch)  # raw events, as another writer could append them
+                for i, e in enumerate(batch):
+                    ref.apply(e.kind, e.key, e.data, r.first_seq + i, r.at)
+                    at_seq[r.first_seq + i] = ref.snapshot()
+                    listings[r.first_seq + i] = ref.listing()
+                stats = store.stats()  # catches up
+                assert view_state(store).snapshot() == ref.snapshot()
+                assert stats["skipped_unknown_events"] == ref.unknown
+                assert stats["skipped_bad_events"] == ref.bad
+                assert stats["entries"] == len(ref.entries)
+                if action == "checkpoint":
+                    store.checkpoint()
+                elif action == "reopen":
+                    store.close()
+                    store = open_store(root)
+                elif action == "crash":
+                    store.ledger.close()  # no checkpoint on the way out
+                    store = open_store(root)
+                elif action == "put_many":  # through the store: debounced checkpoints
+                    pkts = [{"target": "p", "summary": str(i)} for i in range(len(batch))]
+                    rs = store.put_many(pkts)
+                    for res, pkt in zip(rs, pkts, strict=True):
+                        ref.apply("cache.put", res.cache_key,
+                                  {"packet": pkt, "bytes": len(canonical_bytes(pkt))},
+                                  res.seq, next(store.ledger.read(res.seq, res.seq)).at)
+                        at_seq[res.seq] = ref.snapshot()
+                        listings[res.seq] = ref.listing()
+                assert view_state(store).snapshot() == ref.snapshot()
+
+            head = store.ledger.head
+            expected = ref.snapshot()
+            assert expected["seq"] == head
+            assert view_state(store).snapshot() == expected
+            assert fresh_fold(store.ledger) == expected
+            assert replay(root)["views"][cache_mod.NAME] == replay_form(expected)
+            assert replay(root)["until_seq"] == head
+
+            # as_of: the state as it stood at every seq (batch ends and mid-batch)
+            for seq in range(head + 1):
+                assert fresh_fold(store.ledger, seq) == at_seq[seq]
+                assert store.list(as_of=seq, limit=10**6) == listings[seq]
+                assert replay(root, until=seq)["views"][cache_mod.NAME] == replay_form(at_seq[seq])
+            assert store.list(as_of=head + 100, limit=10**6) == listings[head]
+
+            # idempotent: re-applying anything at or below the watermark changes nothing
+            state = view_state(store)
+            for ev in store.ledger.read(1):
+                state.apply(ev)
+            for k in GOOD_KEYS:
+                state.apply(Event("cache.put", k, {"packet": {"target": "late"}, "bytes": 1},
+                                  seq=max(head, 1), at=1.0))
+                state.apply(Event("cache.evicted", k, {"reason": "manual_prune"}, seq=head, at=1.0))
+                state.apply(Event("nobody.knows", k, {}, seq=head, at=1.0))
+            assert state.snapshot() == expected
+
+            report = store.rebuild()
+            assert report["events"] == head
+            assert view_state(store).snapshot() == expected
+            store.close()
+            store = open_store(root)
+            assert store.stats()["views"][cache_mod.NAME]["loaded_from"] == "primary"
+            assert view_state(store).snapshot() == expected
+        finally:
+            store.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(events=st.lists(event_batches, min_size=1, max_size=4).map(
+           lambda bs: [e for b in bs for e in b]),
+       data=st.data())
+def test_checkpoint_round_trip_is_exact(events: list[Event], data: st.DataObject) -> None:
+    """to_bytes/from_bytes at any point, then the rest of the fold: same as one fold."""
+    whole, part = CacheState(), CacheState()
+    cut = data.draw(st.integers(0, len(events)))
+    for i, e in enumerate(events):
+        ev = Event(e.kind, e.key, e.data, seq=i + 1, at=1000.0 + i // 2)
+        whole.apply(ev)
+        if i == cut:
+            part = CacheState.from_bytes(part.to_bytes())
+        part.apply(ev)
+    assert CacheState.from_bytes(part.to_bytes()).snapshot() == whole.snapshot()
+    assert part.snapshot() == whole.snapshot()
+
+
+def test_keys_with_trailing_nul_bytes_stay_distinct(tmp_path: Path) -> None:
+    a, b, c = "ab" * 31 + "00", "ab" * 31 + "01", "ab" * 30 + "0000"
+    with open_store(tmp_path) as store:
+        store.ledger.append([Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 1})
+                             for k in (a, b, c, "00" * 32)])
+        for when in ("delta", "compacted"):
+            if when == "compacted":
+                store.checkpoint()
+            for k in (a, b, c, "00" * 32):
+                assert store.get(k) is not None, (when, k)
+                assert store.get(k).cache_key == k  # type: ignore[union-attr]
+            assert [e.cache_key for e in store.list()] == sorted([a, b, c, "00" * 32])
+        store.ledger.append([Event("cache.evicted", a, {"reason": "manual_prune"})])
+        assert store.get(a) is None and store.get(c) is not None
+        assert store.stats()["entries"] == 3
+
+
+def test_whitespace_in_a_key_is_not_a_cache_key(tmp_path: Path) -> None:
+    """``bytes.fromhex`` skips whitespace: a 64-char key with spaces must not become
+    a 31-byte key that changes identity when the view is compacted."""
+    spaced = "ab" * 30 + "  cd"
+    real = "ab" * 30 + "cd00"
+    with open_store(tmp_path) as store:
+        store.ledger.append([Event("cache.put", spaced, {"packet": {"target": "t"}, "bytes": 1})])
+        assert store.stats()["skipped_bad_events"] == 1
+        assert store.stats()["entries"] == 0
+        assert store.get(real) is None
+
+
+def test_huge_or_negative_size_is_counted_not_a_crash(tmp_path: Path) -> None:
+    k = GOOD_KEYS[0]
+    with open_store(tmp_path) as store:
+        store.ledger.append([Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 2**70}),
+                             Event("cache.put", k, {"packet": {"target": "t"}, "bytes": -5}),
+                             Event("cache.put", k, {"packet": {"target": "t"}, "bytes": True})])
+        st_ = store.stats()
+        assert st_["skipped_bad_events"] == 3 and st_["entries"] == 0
+        assert store.checkpoint() == 1
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+def ckpt_dir(root: Path) -> Path:
+    return store_dir(root) / "checkpoints"
+
+
+def build(root: Path, n: int = 6, tag: str = "") -> dict[str, Any]:
+    """A closed store of n + 1 events: primary checkpoint at its head, backup at n - 2."""
+    with open_store(root) as store:
+        store.put_many([{"target": "t", "summary": f"{tag}{i}"} for i in range(n - 2)])
+        store.checkpoint()
+        store.put_many([{"target": "u", "summary": f"{tag}x{i}"} for i in range(2)])
+        store.ledger.append([Event("some.future.kind", None, {})])
+        with Ledger.open(store_dir(root) / "log", readonly=True) as led:
+            return fresh_fold(led)
+
+
+def reopen_and_check(root: Path, expected: dict[str, Any], loaded_from: str,
+                     reasons: list[str]) -> ContextStore:
+    store = open_store(root)
+    stats = store.stats()
+    view = stats["views"][cache_mod.NAME]
+    assert view["loaded_from"] == loaded_from
+    assert stats["checkpoint_fallbacks"] == len(reasons) == view["checkpoint_fallbacks"]
+    assert len(view["fallback_reasons"]) == len(reasons)
+    for want, got in zip(reasons, view["fallback_reasons"], strict=True):
+        assert re.search(want, got), (want, got)
+    assert view_state(store).snapshot() == expected
+    return store
+
+
+def test_clean_reopen_loads_the_primary(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    assert (ckpt_dir(tmp_path) / "cache.ckpt").exists()
+    assert (ckpt_dir(tmp_path) / "cache.ckpt.bak").exists()
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+
+
+@pytest.mark.parametrize("offset", [0, 9, 40, -40, -1])
+def test_garbled_primary_falls_back_to_backup(tmp_path: Path, offset: int) -> None:
+    expected = build(tmp_path)
+    flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", offset)
+    store = reopen_and_check(tmp_path, expected, "backup",
+                             [r"primary: (MAC mismatch|not a checkpoint)"])
+    store.close()
+
+
+def test_truncated_or_empty_primary_falls_back_to_backup(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    p = ckpt_dir(tmp_path) / "cache.ckpt"
+    p.write_bytes(p.read_bytes()[:-7])
+    reopen_and_check(tmp_path, expected, "backup", ["primary"]).close()
+    expected = build(tmp_path / "b")
+    (ckpt_dir(tmp_path / "b") / "cache.ckpt").write_bytes(b"")
+    reopen_and_check(tmp_path / "b", expected, "backup", ["primary: not a checkpoint"]).close()
+
+
+def test_both_garbled_rebuilds_from_the_log(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 50)
+    flip_byte(ckpt_dir(tmp_path) / "cache.ckpt.bak", -3)
+    store = reopen_and_check(tmp_path, expected, "rebuild", ["primary: MAC", "backup: MAC"])
+    store.close()
+    # closing wrote a good checkpoint again
+    reopen_and_check(tmp_path, expected, "primary", ["backup: MAC"]).close()
+
+
+def test_garbled_key_rebuilds(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    (ckpt_dir(tmp_path) / "KEY").write_bytes(b"short")
+    reopen_and_check(tmp_path, expected, "rebuild", ["primary: no key", "backup: no key"]).close()
+    # a writer replaced the unusable key (mode 0600) and checkpointed with it
+    assert len((ckpt_dir(tmp_path) / "KEY").read_bytes()) == 32
+    assert (ckpt_dir(tmp_path) / "KEY").stat().st_mode & 0o777 == 0o600
+    reopen_and_check(tmp_path, expected, "primary", ["backup: MAC"]).close()
+
+
+def test_checkpoint_copied_from_another_store_is_refused(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    expected = build(a, tag="a")
+    build(b, tag="b")  # same seqs, different events: digests differ
+    shutil.rmtree(ckpt_dir(a))
+    shutil.copytree(ckpt_dir(b), ckpt_dir(a))  # key and all: the MAC checks out
+    store = reopen_and_check(a, expected, "rebuild", ["primary: watermark", "backup: watermark"])
+    assert store.get(store.list()[0].cache_key) is not None
+    store.close()
+
+
+def test_checkpoint_copied_without_its_key_is_refused(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    expected = build(a, tag="a")
+    build(b, tag="b")
+    shutil.copy(ckpt_dir(b) / "cache.ckpt", ckpt_dir(a) / "cache.ckpt")
+    reopen_and_check(a, expected, "backup", ["primary: MAC mismatch"]).close()
+
+
+def test_checkpoint_from_a_longer_log_is_refused(tmp_path: Path) -> None:
+    """seq beyond head (e.g. the checkpoint of a longer copy of this store)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    expected = build(a, n=4)
+    shutil.copytree(a, b)
+    with open_store(b) as sb:
+        sb.put_many([{"target": "later", "summary": str(i)} for i in range(5)])
+        sb.checkpoint()
+        sb.put({"target": "later2"})
+    shutil.rmtree(ckpt_dir(a))
+    shutil.copytree(ckpt_dir(b), ckpt_dir(a))
+    reopen_and_check(a, expected, "rebuild",
+                     [r"primary: watermark seq \d+ is not in this log",
+                      r"backup: watermark seq \d+ is not in this log"]).close()
+
+
+def _write_raw(root: Path, *, version: int = cache_mod.VERSION, seq: int | None = None,
+               digest: bytes | None = None, body: bytes | None = None) -> None:
+    with Ledger.open(store_dir(root) / "log", readonly=True) as led:
+        head = led.head
+        seq = head if seq is None else seq
+        digest = (led.digest_at(seq) or b"\x01" * 32) if digest is None else digest
+        if body is None:
+            st_ = CacheState()
+            fold(led, [st_], 1, min(seq, head))
+            st_.seq = seq
+            body = st_.to_bytes()
+    CheckpointDir(ckpt_dir(root), readonly=False).write(cache_mod.NAME, version, seq, digest, body)
+
+
+def test_checkpoint_of_another_version_is_refused(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    _write_raw(tmp_path, version=cache_mod.VERSION + 1)
+    # the old primary became the backup, and is still good
+    reopen_and_check(tmp_path, expected, "backup", [r"primary: version 2, expected 1"]).close()
+    _write_raw(tmp_path, version=cache_mod.VERSION + 1)
+    _write_raw(tmp_path, version=0)
+    reopen_and_check(tmp_path, expected, "rebuild",
+                     ["primary: version 0", "backup: version 2"]).close()
+
+
+def test_checkpoint_seq_beyond_head_is_refused(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    _write_raw(tmp_path, seq=expected["seq"] + 3)
+    reopen_and_check(tmp_path, expected, "backup", ["primary: watermark seq"]).close()
+
+
+def test_checkpoint_with_wrong_digest_is_refused(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    _write_raw(tmp_path, digest=b"\x07" * 32)
+    reopen_and_check(tmp_path, expected, "backup", ["primary: watermark"]).close()
+
+
+@pytest.mark.parametrize("body", [b"", b"\xa0", b"garbage", b"\x9f\xff"])
+def test_checkpoint_body_that_does_not_decode_is_refused(tmp_path: Path, body: bytes) -> None:
+    expected = build(tmp_path)
+    _write_raw(tmp_path, body=body)
+    reopen_and_check(tmp_path, expected, "backup", ["primary: body does not decode"]).close()
+
+
+def test_checkpoint_body_with_other_watermark_is_refused(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    with Ledger.open(store_dir(tmp_path) / "log", readonly=True) as led:
+        st_ = CacheState()
+        fold(led, [st_], 1, 2)
+        st_.seq = 2
+    _write_raw(tmp_path, body=st_.to_bytes())  # header says head, body says 2
+    reopen_and_check(tmp_path, expected, "backup", ["primary: body does not decode"]).close()
+
+
+def test_checkpoint_with_columns_of_different_lengths_is_refused(tmp_path: Path) -> None:
+    import cbor2
+    expected = build(tmp_path)
+    with Ledger.open(store_dir(tmp_path) / "log", readonly=True) as led:
+        st_ = CacheState()
+        fold(led, [st_], 1)
+    doc = cbor2.loads(st_.to_bytes())
+    doc["seqs"] = doc["seqs"][:-8]
+    _write_raw(tmp_path, body=cbor2.dumps(doc))
+    reopen_and_check(tmp_path, expected, "backup", ["primary: body does not decode"]).close()
+
+
+def test_deleted_checkpoints_rebuild_quietly(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    for f in ckpt_dir(tmp_path).iterdir():
+        f.unlink()
+    reopen_and_check(tmp_path, expected, "empty", []).close()
+    shutil.rmtree(ckpt_dir(tmp_path))
+    reopen_and_check(tmp_path, expected, "empty", []).close()
+    assert (ckpt_dir(tmp_path) / "cache.ckpt").exists()
+
+
+def test_key_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        with open_store(tmp_path) as store:
+            store.put({"target": "t"})
+            store.checkpoint()
+    finally:
+        os.umask(old)
+    key = ckpt_dir(tmp_path) / "KEY"
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert len(key.read_bytes()) == 32
+    for f in ckpt_dir(tmp_path).glob("cache.ckpt*"):
+        assert f.stat().st_mode & 0o077 == 0, f
+
+
+def test_checkpoints_are_debounced(tmp_path: Path) -> None:
+    cfg = StoreConfig(checkpoint_every_events=5, checkpoint_every_seconds=1e9)
+    primary = ckpt_dir(tmp_path) / "cache.ckpt"
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+        store.put({"target": "t", "summary": "0"})
+        assert not primary.exists()
+        for i in range(1, 4):
+            store.put({"target": "t", "summary": str(i)})
+        assert not primary.exists()
+        store.put({"target": "t", "summary": "4"})
+        assert primary.exists()
+        first = primary.read_bytes()
+        store.put({"target": "t", "summary": "5"})
+        assert primary.read_bytes() == first
+    assert primary.read_bytes() != first  # written on close
+    assert (ckpt_dir(tmp_path) / "cache.ckpt.bak").read_bytes() == first
+
+
+# --- readers write nothing ----------------------------------------------------------------------
+
+def _read_everything(root: Path) -> dict[str, Any]:
+    with ContextStore.open(root, readonly=True, clock=NEVER) as ro:
+        listing = ro.list(limit=10**6)
+        got = {
+            "list": listing,
+            "get": [ro.get(e.cache_key) for e in listing],
+            "as_of": [ro.list(as_of=s, limit=10**6) for s in range(ro.ledger.head + 1)],
+            "snapshot": view_state(ro).snapshot(),
+        }
+        st_ = ro.stats()
+        got["stats"] = {k: v for k, v in st_.items() if k not in ("checkpoint_fallbacks", "views")}
+        got["loaded_from"] = st_["views"][cache_mod.NAME]["loaded_from"]
+        for attempt in (lambda: ro.put({"target": "t"}), ro.checkpoint, ro.rebuild,
+                        lambda: ro.prune(all=True)):
+            with pytest.raises(LedgerError):
+                attempt()
+    return got
+
+
+@pytest.mark.parametrize(
+    "damage", ["none", "garbled", "no_checkpoints", "no_dir", "torn_tail", "stale"])
+def test_readonly_store_never_writes(tmp_path: Path, damage: str) -> None:
+    expected = build(tmp_path)
+    cdir = ckpt_dir(tmp_path)
+    if damage == "garbled":
+        flip_byte(cdir / "cache.ckpt", 30)
+        flip_byte(cdir / "cache.ckpt.bak", 30)
+    elif damage == "no_checkpoints":
+        for f in cdir.glob("cache.ckpt*"):
+            f.unlink()
+    elif damage == "no_dir":
+        shutil.rmtree(cdir)
+    elif damage == "torn_tail":
+        seg = sorted((store_dir(tmp_path) / "log").glob("*.seg"))[-1]
+        with open(seg, "ab") as f:
+            f.write(b"CTXF\x01\x02\x03 half a frame")
+    elif damage == "stale":  # checkpoint behind the log: a writer would checkpoint on close
+        with Ledger.open(store_dir(tmp_path) / "log") as led:
+            led.append([Event("cache.evicted", GOOD_KEYS[0], {"reason": "manual_prune"})])
+            led.append([Event("cache.put", GOOD_KEYS[1], {"packet": {"target": "z"}, "bytes": 2})])
+        with Ledger.open(store_dir(tmp_path) / "log", readonly=True) as led:
+            expected = fresh_fold(led)
+    before = tree_bytes(tmp_path)
+    got = _read_everything(tmp_path)
+    assert tree_bytes(tmp_path) == before
+    assert got["snapshot"] == expected
+    assert got["loaded_from"] == {"none": "primary", "torn_tail": "primary", "stale": "primary",
+                                  "garbled": "rebuild"}.get(damage, "empty")
+    # a writer sees the same
+    with open_store(tmp_path) as rw:
+        assert view_state(rw).snapshot() == expected
+        assert rw.list(limit=10**6) == got["list"]
+
+
+def test_readonly_open_of_a_missing_store_creates_nothing(tmp_path: Path) -> None:
+    from eventstore import StoreNotFoundError
+    with pytest.raises(StoreNotFoundError):
+        ContextStore.open(tmp_path, readonly=True)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(StoreNotFoundError):
+        replay(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replay_touches_no_file(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 30)
+    before = tree_bytes(tmp_path)
+    rep = replay(tmp_path)
+    assert rep["views"][cache_mod.NAME] == replay_form(expected)
+    assert tree_bytes(tmp_path) == before
+
+
+# --- counting what a view cannot use -------------------------------------------------------------
+
+def test_unknown_and_malformed_events_are_counted(tmp_path: Path) -> None:
+    k = GOOD_KEYS[0]
+    with open_store(tmp_path) as store:
+        store.ledger.append([
+            Event("task.created", "t1", {"title": "x"}),
+            Event("calibration.sample", None, {}),
+            Event("cache.put", k, {"packet": "not a dict"}),
+            Event("cache.put", "short", {"packet": {"target": "t"}}),
+            Event("cache.put", k, {"packet": {"target": 7}}),
+            Event("cache.evicted", k, {}),
+            Event("cache.evicted", None, {"reason": "manual_prune"}),
+            Event("cache.put", k, {"packet": {"target": "ok"}, "bytes": 3}),
+            Event("cache.evicted", GOOD_KEYS[1], {"reason": "manual_prune"}),  # not there: no-op
+        ])
+        st_ = store.stats()
+        assert st_["skipped_unknown_events"] == 2
+        assert st_["skipped_bad_events"] == 5
+        assert st_["entries"] == 1
+        assert st_["evictions"]["manual_prune"] == 0
+        assert store.get(k) is not None
+        store.checkpoint()
+    with open_store(tmp_path) as store:  # the counters survive a checkpoint
+        st_ = store.stats()
+        assert (st_["skipped_unknown_events"], st_["skipped_bad_events"]) == (2, 5)
+
+
+@pytest.mark.xfail(strict=True, reason="store.py _entry: dict(data.get('metadata') or {}) crashes "
+                   "on a cache.put whose metadata is not a mapping (ValueError/TypeError)")
+@pytest.mark.parametrize("meta", ["abc", 5, ["x"]])
+def test_get_of_an_entry_with_malformed_metadata_does_not_crash(tmp_path: Path, meta: Any) -> None:
+    k = GOOD_KEYS[0]
+    with open_store(tmp_path) as store:
+        store.ledger.append([Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 1,
+                                                    "metadata": meta})])
+        entry = store.get(k)
+        assert entry is not None and entry.body == {"target": "t"}
