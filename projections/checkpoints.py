@@ -100,8 +100,13 @@ class CheckpointDir:
                 found.append(ck)
         return found, refused
 
-    def write(self, name: str, version: int, seq: int, digest: bytes, body: bytes) -> None:
-        """temp file, fsync, primary -> backup, temp -> primary, directory fsync."""
+    def write(self, name: str, version: int, seq: int, digest: bytes, body: bytes,
+              *, rotate: bool = True) -> None:
+        """temp file, fsync, primary -> backup, temp -> primary, directory fsync.
+
+        ``rotate=False`` replaces the primary and keeps the backup (the caller
+        knows the primary is no good: it must not become the backup).
+        """
         if self.readonly:
             return
         try:
@@ -127,7 +132,7 @@ class CheckpointDir:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            if primary.exists():
+            if rotate and primary.exists():
                 os.replace(primary, self.path / (name + ".ckpt.bak"))
             os.replace(tmp, primary)
             dfd = os.open(self.path, os.O_RDONLY)
@@ -137,6 +142,17 @@ class CheckpointDir:
                 os.close(dfd)
         except OSError as e:
             raise LedgerIOError(f"cannot write checkpoint {name}: {e.strerror or e}") from e
+
+    def discard(self, name: str, source: str) -> None:
+        """Delete the primary or backup of ``name`` (one known to be no good)."""
+        if self.readonly:
+            return
+        try:
+            (self.path / (name + (".ckpt" if source == "primary" else ".ckpt.bak"))).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise LedgerIOError(f"cannot remove checkpoint {name} {source}: {e.strerror}") from e
 
     def remove(self, name: str) -> None:
         for suffix in (".ckpt", ".ckpt.bak", ".ckpt.tmp"):

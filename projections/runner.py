@@ -45,6 +45,9 @@ class View:
     loaded_from: str = "empty"  # primary | backup | rebuild | empty
     refused: list[str] = attrs.field(factory=list)
     checkpointed_seq: int = 0
+    # checkpoint files ("primary", "backup") refused at load: the next write must
+    # not rotate a refused primary into the backup slot, nor keep a refused backup
+    stale: set[str] = attrs.field(factory=set)
 
 
 class Runner:
@@ -69,6 +72,7 @@ class Runner:
     def _load(self, p: Projection) -> View:
         found, refused = self.ckdir.load(p.name)
         head = self.ledger.head
+        chosen: View | None = None
         for ck in found:
             if ck.version != p.version:
                 refused.append(f"{ck.source}: version {ck.version}, expected {p.version}")
@@ -83,8 +87,12 @@ class Runner:
             except Exception as e:  # a garbled body that passed the MAC: still only a cache
                 refused.append(f"{ck.source}: body does not decode ({type(e).__name__})")
                 continue
-            return View(p, state, ck.source, refused, ck.seq)
-        return View(p, p.new(), "rebuild" if refused else "empty", refused)
+            chosen = View(p, state, ck.source, refused, ck.seq)
+            break
+        if chosen is None:
+            chosen = View(p, p.new(), "rebuild" if refused else "empty", refused)
+        chosen.stale = {r.split(":", 1)[0] for r in refused}
+        return chosen
 
     def catch_up(self, progress: Progress | None = None, until: int | None = None) -> int:
         """Fold every committed event past the lowest watermark; returns events folded."""
@@ -103,14 +111,18 @@ class Runner:
         written = 0
         for v in self.views.values():
             seq = v.state.seq
-            if seq == v.checkpointed_seq and v.loaded_from in ("primary", "backup"):
+            if seq == v.checkpointed_seq and v.loaded_from in ("primary", "backup") and not v.stale:
                 continue
             digest = self.ledger.digest_at(seq)
             if digest is None:  # mid-batch watermark (time travel): not checkpointable
                 continue
-            self.ckdir.write(v.projection.name, v.projection.version, seq, digest, v.state.to_bytes())
+            if {"primary", "backup"} <= v.stale:
+                self.ckdir.discard(v.projection.name, "backup")
+            self.ckdir.write(v.projection.name, v.projection.version, seq, digest,
+                             v.state.to_bytes(), rotate="primary" not in v.stale)
             v.checkpointed_seq = seq
             v.loaded_from = "primary"
+            v.stale = set()
             written += 1
         self._last_ckpt = time.monotonic()
         return written
@@ -120,6 +132,7 @@ class Runner:
         v = self.views[name]
         self.ckdir.remove(name)
         v.state, v.loaded_from, v.refused, v.checkpointed_seq = v.projection.new(), "rebuild", [], 0
+        v.stale = set()
 
 
 def fold(

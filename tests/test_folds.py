@@ -314,8 +314,32 @@ def test_both_garbled_rebuilds_from_the_log(tmp_path: Path) -> None:
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt.bak", -3)
     store = reopen_and_check(tmp_path, expected, "rebuild", ["primary: MAC", "backup: MAC"])
     store.close()
-    # closing wrote a good checkpoint again
-    reopen_and_check(tmp_path, expected, "primary", ["backup: MAC"]).close()
+    # closing wrote a good checkpoint again, and dropped the garbled backup
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+    assert not (ckpt_dir(tmp_path) / "cache.ckpt.bak").exists()
+
+
+def test_a_refused_primary_never_becomes_the_backup(tmp_path: Path) -> None:
+    """After a fallback to the backup, the next checkpoint replaces the bad primary
+    and keeps the good backup; the bad file is not rotated into the backup slot."""
+    build(tmp_path)
+    good_backup = (ckpt_dir(tmp_path) / "cache.ckpt.bak").read_bytes()
+    flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 50)
+    with open_store(tmp_path) as store:
+        assert store.stats()["views"][cache_mod.NAME]["loaded_from"] == "backup"
+        store.put({"target": "t", "summary": "after the fallback"})
+        expected = view_state(store).snapshot()
+    assert (ckpt_dir(tmp_path) / "cache.ckpt.bak").read_bytes() == good_backup
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+    flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 50)  # again: the backup still serves
+    reopen_and_check(tmp_path, expected, "backup", ["primary: MAC mismatch"]).close()
+
+
+def test_an_unchanged_view_heals_its_refused_primary_on_close(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 50)
+    reopen_and_check(tmp_path, expected, "backup", ["primary: MAC mismatch"]).close()
+    reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
 def test_garbled_key_rebuilds(tmp_path: Path) -> None:
@@ -325,7 +349,7 @@ def test_garbled_key_rebuilds(tmp_path: Path) -> None:
     # a writer replaced the unusable key (mode 0600) and checkpointed with it
     assert len((ckpt_dir(tmp_path) / "KEY").read_bytes()) == 32
     assert (ckpt_dir(tmp_path) / "KEY").stat().st_mode & 0o777 == 0o600
-    reopen_and_check(tmp_path, expected, "primary", ["backup: MAC"]).close()
+    reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
 def test_checkpoint_copied_from_another_store_is_refused(tmp_path: Path) -> None:
