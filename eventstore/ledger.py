@@ -25,6 +25,9 @@ from .errors import (
 )
 from .event import Event, Receipt, check_event
 from .frame import (
+    FOOTER_SIZE,
+    FRAME_HEADER_SIZE,
+    FRAME_OVERHEAD,
     GENESIS_DIGEST,
     SEGMENT_HEADER_SIZE,
     FrameError,
@@ -220,7 +223,12 @@ class Ledger:
             size = os.stat(self._active_path).st_size
         except OSError as e:
             raise LedgerIOError(f"cannot stat {self._active_path}: {e.strerror}") from e
-        if size > self._end:
+        if size < self._end or not self._last_frame_still_there():
+            # A frame we saw was cut again: its writer's fsync failed and it truncated
+            # (see _after_failed_sync). Forget it and walk the segment afresh, or we
+            # would chain to a frame that is gone, or cut the frames written since.
+            self._rescan_active()
+        elif size > self._end:
             data = read_bytes(self._active_path, self._end)
             try:
                 tail = scan_tail(self._active_path, data, 0, self._digest, self._head + 1, fast=False)
@@ -229,13 +237,8 @@ class Ledger:
                 raise self._fault from None
             self._note_batches(data, tail, 0)
             self._adopt(tail, data, self._end)
-        elif size == self._end:
-            self._torn = None  # another writer already cut the torn tail we saw
-        elif size < self._end:
-            self._fault = CorruptLogError(
-                self._active_path, size, f"segment shrank from {self._end} to {size} bytes"
-            )
-            raise self._fault
+        else:
+            self._torn = None  # size == _end: another writer already cut the torn tail we saw
         if self._end >= self._roll_at and self._torn is None:
             for base, path in list_segments(self.log_dir):
                 if base > self._active_base:
@@ -243,6 +246,38 @@ class Ledger:
                         self._fault = CorruptLogError(path, 0, f"segment starts at seq {base}, expected {self._head + 1}")
                         raise self._fault
                     self._switch_to((base, path), self._digest, base)
+
+    def _last_frame_still_there(self) -> bool:
+        """Does the frame we believe ends at ``_end`` still end there, with our digest?"""
+        assert self._active_path is not None
+        if self._end <= SEGMENT_HEADER_SIZE:
+            return True  # no frame of this segment adopted yet
+        try:
+            with open(self._active_path, "rb") as f:
+                f.seek(self._end - FOOTER_SIZE)
+                flen = int.from_bytes(f.read(4), "little")
+                if not FRAME_OVERHEAD <= flen <= self._end - SEGMENT_HEADER_SIZE:
+                    return False
+                f.seek(self._end - flen + FRAME_HEADER_SIZE - 32)
+                return f.read(32) == self._digest
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {self._active_path}: {e.strerror}") from e
+
+    def _rescan_active(self) -> None:
+        assert self._active_path is not None
+        path = self._active_path
+        data = read_bytes(path)
+        try:
+            hdr = read_header(path, data)
+            tail = scan_tail(
+                path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, self._active_base, fast=False
+            )
+        except CorruptLogError as e:
+            self._fault = e
+            raise
+        self._batches = None  # it may hold the vanished batch's id: rebuild on demand
+        self._adopt(tail, data)
+        self._active_checked = True
 
     def _switch_to(self, seg: tuple[int, Path], prev_digest: bytes, next_seq: int) -> None:
         base, path = seg
@@ -363,16 +398,7 @@ class Ledger:
         """
         if self._active_checked or self._active_path is None:
             return
-        path = self._active_path
-        data = read_bytes(path)
-        try:
-            hdr = read_header(path, data)
-            tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, self._active_base, fast=False)
-        except CorruptLogError as e:
-            self._fault = e
-            raise
-        self._adopt(tail, data)
-        self._active_checked = True
+        self._rescan_active()
 
     def _undo_write(self, fd: int, start: int) -> None:
         """A write failed part-way: cut the partial frame so the tail stays clean."""

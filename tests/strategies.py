@@ -49,7 +49,9 @@ _scalars = st.one_of(
 #: Any value that CBOR encodes and decodes to something equal (JSON-ish plus bytes).
 values: st.SearchStrategy[Any] = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 

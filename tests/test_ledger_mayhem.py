@@ -32,11 +32,14 @@ from eventstore import (
     WriterPoisonedError,
     _osio,
 )
-from eventstore.frame import GENESIS_DIGEST, SEGMENT_HEADER_SIZE, iter_frames
+from eventstore.frame import SEGMENT_HEADER_SIZE, iter_frames
 
 # children import the very eventstore this process is testing
 CODE_ROOT = Path(eventstore.__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")]))}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])),
+}
 
 
 def child(code: str, *args: object, **kw: Any) -> subprocess.Popen[str]:
@@ -50,7 +53,9 @@ def child(code: str, *args: object, **kw: Any) -> subprocess.Popen[str]:
 
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` with its bytes (names included: no file appears or goes)."""
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def all_events(log: Path) -> list[Event]:
@@ -69,7 +74,8 @@ KILL_WRITER = """
     n = 0
     while True:
         size = 1 + n % 3
-        evs = [Event("mayhem.kill", f"r{rnd}", {"r": rnd, "n": n, "j": j, "pad": "x" * ((n * 7 + j * 13) % 300)})
+        evs = [Event("mayhem.kill", f"r{rnd}",
+                     {"r": rnd, "n": n, "j": j, "pad": "x" * ((n * 7 + j * 13) % 300)})
                for j in range(size)]
         r = led.append(evs)
         print(json.dumps([rnd, n, r.first_seq, r.last_seq]), flush=True)
@@ -141,12 +147,13 @@ CONCURRENT_WRITER = """
         print("ready", flush=True)
         sys.stdin.readline()                            # start together
         for i in range(count):
-            evs = [Event("mayhem.concurrent", f"w{w}", {"w": w, "i": i, "j": j, "pad": "c" * (i % 50)})
+            evs = [Event("mayhem.concurrent", f"w{w}",
+                         {"w": w, "i": i, "j": j, "pad": "c" * (i % 50)})
                    for j in range(1 + i % 2)]
             bid = f"w{w}-{i}"
             r = led.append(evs, batch_id=bid)
             assert not r.duplicate
-            if i % 20 == 0:                             # an idempotent retry, maybe after others wrote
+            if i % 20 == 0:             # an idempotent retry, maybe after others wrote
                 again = led.append(evs, batch_id=bid)
                 assert again.duplicate and again.first_seq == r.first_seq, (again, r)
             out.append([i, r.first_seq, r.last_seq])
@@ -157,7 +164,10 @@ CONCURRENT_WRITER = """
 def test_concurrent_writer_processes_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     log = tmp_path / "log"
     writers, count = 4, 200
-    procs = [child(CONCURRENT_WRITER, log, w, count, 5000, stdin=subprocess.PIPE, stdout=subprocess.PIPE) for w in range(writers)]
+    procs = [
+        child(CONCURRENT_WRITER, log, w, count, 5000, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for w in range(writers)
+    ]
     for p in procs:
         assert p.stdout is not None and p.stdout.readline() == "ready\n"
     for p in procs:
@@ -235,7 +245,9 @@ def check_reopened(log: Path, acked: list[int]) -> None:
         pytest.param("pwrite", lambda: short_then(errno.EIO), id="short-write-then-EIO"),
     ],
 )
-def test_failing_write_acknowledges_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, fault: Any) -> None:
+def test_failing_write_acknowledges_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, fault: Any
+) -> None:
     log = tmp_path / "log"
     led = Ledger.open(log)
     for i in range(3):
@@ -277,6 +289,39 @@ def test_failed_sync_poisons_the_handle(tmp_path: Path, monkeypatch: pytest.Monk
     check_reopened(log, [0, 1])
 
 
+@pytest.mark.parametrize("c_pad", [10, 200, 2], ids=["same-size", "larger", "smaller"])
+def test_a_frame_seen_before_its_failed_sync_is_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c_pad: int
+) -> None:
+    """Handle ``a`` looks at the log between b's write and b's failing fsync, so
+    it sees a frame that b then cuts; c writes the next frame where it was. ``a``
+    must not chain to the vanished frame, nor cut c's acknowledged frame."""
+    log = tmp_path / "log"
+    a, b = Ledger.open(log), Ledger.open(log)
+    b.append([ev(0)])
+    real, seen = _osio.fdatasync, []
+
+    def peek_then_fail(fd: int) -> None:
+        if not seen:
+            seen.append(a.head)  # a reader in the window between write and sync
+            raise OSError(errno.EIO, "EIO")
+        real(fd)
+
+    monkeypatch.setattr(_osio, "fdatasync", peek_then_fail)
+    with pytest.raises(LedgerIOError):
+        b.append([ev(9, pad=10)])  # the same size as c's frame with c_pad=10
+    monkeypatch.undo()
+    assert seen == [2]  # a saw the frame that was never acknowledged
+    with Ledger.open(log) as c:
+        assert c.append([ev(1, pad=c_pad)]).first_seq == 2
+    assert a.append([ev(2)]).first_seq == 3
+    assert a.head == 3
+    assert [e.data["i"] for e in a.read()] == [0, 1, 2]
+    a.close()
+    b.close()
+    check_reopened(log, [0, 1, 2])
+
+
 def fill_to_roll(led: Ledger, log: Path, acked: list[int]) -> None:
     """Append until the next append must create a new segment."""
     i = len(acked)
@@ -297,7 +342,9 @@ def fill_to_roll(led: Ledger, log: Path, acked: list[int]) -> None:
         pytest.param("replace", lambda: oserror(errno.EIO), id="rename-EIO"),
     ],
 )
-def test_fault_while_rolling_a_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, fault: Any) -> None:
+def test_fault_while_rolling_a_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, fault: Any
+) -> None:
     log = tmp_path / "log"
     acked: list[int] = []
     led = Ledger.open(log, segment_bytes=4096)
@@ -317,7 +364,9 @@ def test_fault_while_rolling_a_segment(tmp_path: Path, monkeypatch: pytest.Monke
     check_reopened(log, acked)
 
 
-def test_failed_write_and_failed_undo_poison_then_reopen_repairs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_write_and_failed_undo_poison_then_reopen_repairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "log"
     led = Ledger.open(log)
     led.append([ev(0)])
@@ -334,7 +383,9 @@ def test_failed_write_and_failed_undo_poison_then_reopen_repairs(tmp_path: Path,
     check_reopened(log, [0])
 
 
-def test_failing_lock_file_write_releases_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failing_lock_file_write_releases_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "log"
     with Ledger.open(log) as led:
         led.append([ev(0)])
@@ -362,8 +413,18 @@ FAULTS = {
 }
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(plan=st.lists(st.tuples(st.sampled_from(sorted(FAULTS)), st.sampled_from(sorted(FAULTS)), st.integers(0, 600)), min_size=1, max_size=30))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    plan=st.lists(
+        st.tuples(
+            st.sampled_from(sorted(FAULTS)), st.sampled_from(sorted(FAULTS)), st.integers(0, 600)
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_random_fault_schedule_keeps_exactly_the_acknowledged(
     tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, str, int]]
 ) -> None:
@@ -455,7 +516,9 @@ def test_mid_log_corruption_in_the_last_segment(tmp_path: Path) -> None:
     frames = frames_of(seg)
     raw = bytearray(seg.read_bytes())
     bad = frames[2]
-    raw[bad.offset + 70 : bad.offset + 74] = b"\xde\xad\xbe\xef"  # payload bytes, valid frames follow
+    raw[bad.offset + 70 : bad.offset + 74] = (
+        b"\xde\xad\xbe\xef"  # payload bytes, valid frames follow
+    )
     seg.write_bytes(bytes(raw))
     assert_fails_closed(log, seg, bad.offset)
 
@@ -519,11 +582,18 @@ def test_a_handle_open_before_the_damage_fails_closed_too(tmp_path: Path) -> Non
         pytest.param(lambda raw, f: raw[: f.end - 1], id="missing-last-byte"),
         pytest.param(lambda raw, f: raw[: f.offset + 20], id="torn-header"),
         pytest.param(lambda raw, f: raw + b"\x00" * 4096, id="zero-filled-tail"),
-        pytest.param(lambda raw, f: raw[: f.offset + 60] + bytes([raw[f.offset + 60] ^ 4]) + raw[f.offset + 61 :], id="corrupt-final-frame"),
+        pytest.param(
+            lambda raw, f: (
+                raw[: f.offset + 60] + bytes([raw[f.offset + 60] ^ 4]) + raw[f.offset + 61 :]
+            ),
+            id="corrupt-final-frame",
+        ),
         pytest.param(lambda raw, f: raw + b"CTXF" + os.urandom(40), id="junk-with-magic"),
     ],
 )
-def test_torn_final_frame_ignored_by_readers_cut_only_by_a_writer(tmp_path: Path, damage: Any) -> None:
+def test_torn_final_frame_ignored_by_readers_cut_only_by_a_writer(
+    tmp_path: Path, damage: Any
+) -> None:
     log = tmp_path / "log"
     with Ledger.open(log) as led:
         for i in range(4):

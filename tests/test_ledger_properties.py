@@ -38,7 +38,9 @@ from eventstore.frame import (
     read_frame_header,
 )
 
-IO = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+IO = settings(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 PAD = "p" * 300  # most examples fill more than one 4 KiB segment
 
 Batch = tuple[int, list[tuple[str, Any, Any]]]  # (first_seq, rows)
@@ -65,7 +67,9 @@ def write_log(path: Path, batches: list[list[Event]], segment_bytes: int = 4096)
 
 def read_all(path: Path) -> list[Batch]:
     with Ledger.open(path, readonly=True) as led:
-        return [(first, [(r[0], r[1], r[2]) for r in rws]) for _at, first, rws in led.read_batches()]
+        return [
+            (first, [(r[0], r[1], r[2]) for r in rws]) for _at, first, rws in led.read_batches()
+        ]
 
 
 def segments(path: Path) -> list[Path]:
@@ -104,7 +108,9 @@ def test_truncating_the_last_segment_anywhere_leaves_whole_batches(
         raw = last.read_bytes()
         base = int(last.name[:20])
         hdr = decode_segment_header(raw)
-        ends = {SEGMENT_HEADER_SIZE} | {f.end for f in iter_frames(raw, SEGMENT_HEADER_SIZE, hdr.prev_digest, base)}
+        ends = {SEGMENT_HEADER_SIZE} | {
+            f.end for f in iter_frames(raw, SEGMENT_HEADER_SIZE, hdr.prev_digest, base)
+        }
         cut = data.draw(st.integers(SEGMENT_HEADER_SIZE, len(raw)), label="cut")
         last.write_bytes(raw[:cut])
         damaged = files(path)
@@ -127,7 +133,9 @@ def test_truncating_the_last_segment_anywhere_leaves_whole_batches(
 
 @settings(IO, max_examples=150)
 @given(batches=S.batch_lists, data=st.data())
-def test_any_single_bit_flip_is_detected_and_never_read(batches: list[list[Event]], data: st.DataObject) -> None:
+def test_any_single_bit_flip_is_detected_and_never_read(
+    batches: list[list[Event]], data: st.DataObject
+) -> None:
     with log_dir() as path:
         wrote = write_log(path, padded(batches))
         segs = segments(path)
@@ -177,7 +185,13 @@ def test_frame_round_trip(prev: bytes, first: int, count: int, payload: bytes) -
     assert len(frame) == len(payload) + FRAME_OVERHEAD
     buf = b"junk" + frame
     info = read_frame_header(buf, 4)
-    assert (info.offset, info.end, info.first_seq, info.count, info.digest) == (4, len(buf), first, count, digest)
+    assert (info.offset, info.end, info.first_seq, info.count, info.digest) == (
+        4,
+        len(buf),
+        first,
+        count,
+        digest,
+    )
     check_digest(buf, info, prev)
     assert bytes(payload_of(buf, info)) == payload
     assert last_frame_by_footer(buf, 4) == info
@@ -261,12 +275,18 @@ def test_scanning_random_bytes_raises_only_frame_error(buf: bytes, start: int) -
 @given(
     ps=st.lists(payloads, min_size=1, max_size=4),
     edits=st.lists(
-        st.tuples(st.sampled_from(["flip", "cut", "insert", "delete"]), st.integers(0, 2**16), st.binary(min_size=1, max_size=8)),
+        st.tuples(
+            st.sampled_from(["flip", "cut", "insert", "delete"]),
+            st.integers(0, 2**16),
+            st.binary(min_size=1, max_size=8),
+        ),
         min_size=1,
         max_size=3,
     ),
 )
-def test_scanning_damaged_chains_yields_only_original_frames(ps: list[bytes], edits: list[tuple[str, int, bytes]]) -> None:
+def test_scanning_damaged_chains_yields_only_original_frames(
+    ps: list[bytes], edits: list[tuple[str, int, bytes]]
+) -> None:
     buf, digests_ = chain(ps)
     b = bytearray(buf)
     for op, pos, junk in edits:
