@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,7 @@ class StoreConfig:
             doc: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: invalid TOML: {e}") from None
-        cache = doc.get("cache", {})
-        store = doc.get("store", {})
-        ckpt = doc.get("checkpoint", {})
+        cache, store, ckpt = (_table(doc, n, path) for n in ("cache", "store", "checkpoint"))
         kw: dict[str, Any] = {}
         _num(kw, "ttl_seconds", cache.get("ttl_seconds"), path, positive=True)
         _num(kw, "max_packet_bytes", store.get("max_packet_bytes"), path, positive=True, integer=True)
@@ -55,11 +54,19 @@ class StoreConfig:
         return cls(**kw)
 
 
+def _table(doc: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
+    value = doc.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: {name} must be a table ([{name}])")
+    return value
+
+
 def _num(kw: dict[str, Any], name: str, value: object, path: Path, *, positive: bool,
          integer: bool = False) -> None:
     if value is None:
         return
     ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    ok = ok and math.isfinite(value)  # type: ignore[arg-type]  # inf/nan: TOML has both
     if not ok or isinstance(value, bool) or (positive and value <= 0):  # type: ignore[operator]
         kind = "a positive integer" if integer else "a positive number"
         raise ConfigError(f"{path}: {name} must be {kind}")
