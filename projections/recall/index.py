@@ -124,6 +124,7 @@ class RecallIndex:
         self._norm_key: tuple[int, float] | None = None
         self._norm: np.ndarray | None = None
         self._version = 0
+        self._blobs: dict[str, bytes] = {}
 
     def _ensure_mutable(self, extra: int = 1) -> None:
         need = self._n + extra
@@ -454,7 +455,9 @@ class RecallIndex:
     def _sym_scan(self, name: str, w: str) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
         """Prefix/contains matches of ``w`` in a table's values: (base ids, levels, delta)."""
         seg = self._seg
-        blob = seg[name + "_vblob"].tobytes() if len(seg[name + "_vblob"]) else b""
+        blob = self._blobs.get(name)
+        if blob is None:
+            blob = self._blobs[name] = seg[name + "_vblob"].tobytes()
         wb = w.encode("utf-8", "surrogatepass")
         pos_l: list[int] = []
         lvl_l: list[int] = []
@@ -567,8 +570,7 @@ class RecallIndex:
         # ---- candidates
         if qtoks:
             if len(struct_docs):
-                cand, score = _accumulate([text_docs, struct_docs], [text_score, struct_score],
-                                          self._n)
+                cand, score = _merge_sorted(text_docs, text_score, struct_docs, struct_score)
             else:
                 cand, score = text_docs, text_score
             if la is not None or self._alive is not None:
@@ -642,8 +644,7 @@ class RecallIndex:
         kind_sorted = {k: (np.unique(np.concatenate(v)) if v else _EMPTY_I)
                        for k, v in kind_docs.items()}
         hits = []
-        text_set = text_docs
-        text_sorted = np.sort(text_set) if len(text_set) else text_set
+        text_sorted = text_docs  # always sorted (see _accumulate)
         for j in order:
             d = int(cand[j])
             hits.append(self._hit(d, float(score[j]), qtoks, per_term, kind_sorted, word_rules,
@@ -685,11 +686,13 @@ class RecallIndex:
                     boost_vals: list[np.ndarray], kind_docs: dict[str, list[np.ndarray]],
                     rules: list[tuple[str, str, int]]) -> None:
         wl = w.lower()
+        path_hit = False
         # paths
         if is_path_like(w):
             cw = S.canon_path(w)
             ids, dv = self._table_exact("path", cw)
             if len(ids) or dv:
+                path_hit = True
                 exact_ids: list[int] = []
                 exact_d: list[str] = []
                 alias_ids: list[int] = []
@@ -725,7 +728,7 @@ class RecallIndex:
             levels: list[tuple[np.ndarray, float]] = []
             ids, dv = self._table_exact("sym", wl)
             levels.append((self._value_docs("sym", ids, dv), BOOSTS["symbol_exact"]))
-            partial = partial_symbol_ok(w)
+            partial = partial_symbol_ok(w) and not path_hit
             if partial:
                 sids, slv, sdelta = self._sym_scan("sym", wl)
                 for lvl, bname in ((2, "symbol_prefix"), (1, "symbol_contains")):
@@ -900,13 +903,29 @@ def _accumulate(docs: list[np.ndarray], vals: list[np.ndarray], n: int) -> tuple
         allv = np.concatenate(vals)
         u, inv = np.unique(alld, return_inverse=True)
         return u, np.bincount(inv, weights=allv, minlength=len(u))
-    acc = np.zeros(n, dtype=np.float64)
-    hit = np.zeros(n, dtype=bool)
-    for d, v in zip(docs, vals):
-        acc[d] += v
-        hit[d] = True
-    u = np.flatnonzero(hit)
+    # every value is > 0, so a doc was hit iff its sum is > 0
+    acc = np.bincount(np.concatenate(docs), weights=np.concatenate(vals), minlength=n)
+    u = np.flatnonzero(acc)
     return u, acc[u]
+
+
+def _merge_sorted(a: np.ndarray, av: np.ndarray, b: np.ndarray,
+                  bv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of two doc lists (``a`` sorted, both unique) with summed values; sorted."""
+    if not len(a):
+        o = np.argsort(b, kind="stable")
+        return b[o], bv[o]
+    pos = np.searchsorted(a, b)
+    pos_c = np.minimum(pos, len(a) - 1)
+    found = a[pos_c] == b
+    score = av.astype(np.float64, copy=True)
+    np.add.at(score, pos_c[found], bv[found])
+    if found.all():
+        return a, score
+    docs = np.concatenate((a, b[~found]))
+    score = np.concatenate((score, bv[~found]))
+    o = np.argsort(docs, kind="stable")
+    return docs[o], score[o]
 
 
 def _best(levels: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, np.ndarray]:

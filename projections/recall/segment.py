@@ -377,7 +377,13 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         flat = np.concatenate(parts_blob) if parts_blob else np.zeros(0, np.uint8)
         src_off = np.zeros(n + 1, dtype=I64)
         np.cumsum(lens_all, out=src_off[1:])
-        seg[blob_name] = gather_ranges(src_off, flat, order) if n else flat
+        if n and not bool(np.all(order[1:] > order[:-1])):
+            fb = flat.tobytes()
+            so = src_off.tolist()
+            seg[blob_name] = np.frombuffer(
+                b"".join([fb[so[i] : so[i + 1]] for i in order.tolist()]), dtype=np.uint8)
+        else:
+            seg[blob_name] = flat
         out_off = np.zeros(n + 1, dtype=I64)
         np.cumsum(lens_all[order], out=out_off[1:])
         seg[off_name] = out_off
@@ -456,27 +462,22 @@ def _assemble_table(seg: dict[str, np.ndarray], name: str, base: dict[str, np.nd
         live = d >= 0
         a_parts.append(vid[live])
         b_parts.append(d[live])
-    va = array("q")
-    vb = array("q")
     norm = TABLE_RULES[name][0]
     raw_of = {"path": "paths", "sym": "symbols", "test": "tests", "task": "task_ids",
               "ptype": "packet_types"}[name]
-    ids = new_ids.tolist()
-    for j, d in enumerate(docs):
-        raw = getattr(d, raw_of)
-        if not raw:
-            continue
-        nid = ids[j]
-        for r in raw:
-            v = norm(r).replace("\n", " ")
-            i = vmap.get(v)
-            if i is None:
-                i = vmap[v] = len(values)
-                values.append(v)
-            va.append(i)
-            vb.append(nid)
-    a_parts.append(np.frombuffer(va, dtype=I64) if len(va) else np.zeros(0, I64))
-    b_parts.append(np.frombuffer(vb, dtype=I64) if len(vb) else np.zeros(0, I64))
+    lists = [getattr(d, raw_of) for d in docs]
+    lens = np.fromiter(map(len, lists), dtype=I64, count=len(lists))
+    flat = list(chain.from_iterable(lists))
+    rawid: dict[str, int] = {}
+    for r in dict.fromkeys(flat):
+        v = norm(r).replace("\n", " ")
+        i = vmap.get(v)
+        if i is None:
+            i = vmap[v] = len(values)
+            values.append(v)
+        rawid[r] = i
+    a_parts.append(np.fromiter(map(rawid.__getitem__, flat), dtype=I64, count=len(flat)))
+    b_parts.append(np.repeat(new_ids.astype(I64), lens) if len(flat) else np.zeros(0, I64))
     vid, vdoc = sort_pairs(np.concatenate(a_parts), np.concatenate(b_parts))
     counts = np.bincount(vid, minlength=len(values)) if len(values) else np.zeros(0, I64)
     used = np.flatnonzero(counts)

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 
 _IDENT = re.compile(r"\w+")
 _RUN = re.compile(r"[^\W_]+")
+# ASCII fast path of _split_run (same boundaries; checked by a property test)
+_ASCII_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 # cache of raw identifier -> tuple of tokens; bounded so a long-lived process
 # indexing unbounded junk cannot grow without limit
@@ -69,7 +71,7 @@ def _ident_tokens(ident: str) -> tuple[str, ...]:
         if run.isdigit() or (run.isalpha() and (run.islower() or run.isupper())):
             out.append(run.lower())
             continue
-        parts = _split_run(run)
+        parts = _ASCII_PARTS.findall(run) if run.isascii() else _split_run(run)
         out.append(run.lower())
         if len(parts) > 1:
             out.extend(p.lower() for p in parts)
