@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "rebuild": "cli.maintain:rebuild",
     "checkpoint": "cli.maintain:checkpoint",
     "demo": "cli.demo:demo",
+    "recall": "cli.recall:recall",
 }
 """Every top-level command: name -> ``"module:attribute"`` of a click command or group."""
 

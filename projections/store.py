@@ -13,20 +13,23 @@ import attrs
 
 from eventstore import Event, Ledger, LedgerError, StoreNotFoundError
 
-from . import cache
+from . import cache, recall_view
 from .cache import CacheState, EntryRef
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
-from .packet import check_packet, cache_key_of
+from .packet import cache_key_of, check_packet
+from .recall import RecallDoc, RecallHit, make_snippet
+from .recall_view import RecallState
 from .runner import Progress, Projection, Runner, State, fold
 
 STORE_DIR = ".ctxledger"
 CACHE = Projection(cache.NAME, cache.VERSION, CacheState, CacheState.from_bytes)
+RECALL = Projection(recall_view.NAME, recall_view.VERSION, RecallState, RecallState.from_bytes)
 
 
 def projections() -> list[Projection]:
     """Every view the store keeps, in fold order."""
-    return [CACHE]
+    return [CACHE, RECALL]
 
 
 @attrs.frozen
@@ -264,6 +267,44 @@ class ContextStore:
             out.append(EntrySummary(ref.cache_key, ref.target, int(ref.created_at),
                                     int(ref.created_at + ttl), ref.seq, ref.nbytes))
         return out
+
+    def recall(
+        self,
+        query: str,
+        limit: int = 8,
+        since: float | None = None,
+        until: float | None = None,
+        target: str | None = None,
+        task_id: str | None = None,
+        scope: str = "global",
+        packet_types: Iterable[str] = (),
+        path_filters: Iterable[str] = (),
+        symbol_filters: Iterable[str] = (),
+        as_of: int | float | None = None,
+    ) -> list[RecallHit]:
+        """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md)."""
+        states = self._state_as_of(as_of)
+        rstate = states[1]
+        assert isinstance(rstate, RecallState)
+        now = self.clock()
+        hits = rstate.index.search(
+            query, limit=limit, since=since, until=until, target=target, task_id=task_id,
+            scope=scope, packet_types=tuple(packet_types), path_filters=tuple(path_filters),
+            symbol_filters=tuple(symbol_filters), live_after=now - self.config.ttl_seconds,
+            now=now)
+        cstate = states[0]
+        assert isinstance(cstate, CacheState)
+        return [self._with_snippet(h, cstate) for h in hits]
+
+    def _with_snippet(self, hit: RecallHit, cstate: CacheState) -> RecallHit:
+        """The index keeps no payload text; the snippet window comes from the logged body."""
+        ref = cstate.get(hit.cache_key)
+        if ref is None:
+            return hit
+        for ev in self.ledger.read(ref.seq, ref.seq):
+            doc = RecallDoc.from_packet(hit.cache_key, ev.data["packet"], ref.created_at, ref.nbytes)
+            return attrs.evolve(hit, snippet=make_snippet(doc.texts(), list(hit.matched_tokens)))
+        return hit
 
     def stats(self) -> dict[str, Any]:
         self._sync()
