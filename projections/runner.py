@@ -106,13 +106,16 @@ class Runner:
         ):
             self.checkpoint()
 
-    def checkpoint(self) -> int:
-        """Write every view whose watermark moved; returns how many were written."""
+    def checkpoint(self, force: bool = False) -> int:
+        """Write every view whose watermark moved (``force``: every view); returns how many."""
         written = 0
         for v in self.views.values():
             seq = v.state.seq
-            if seq == v.checkpointed_seq and v.loaded_from in ("primary", "backup") and not v.stale:
+            if (not force and seq == v.checkpointed_seq
+                    and v.loaded_from in ("primary", "backup") and not v.stale):
                 continue
+            if not force and seq == 0 and v.loaded_from == "empty":
+                continue  # nothing folded yet: an empty log needs no checkpoint
             digest = self.ledger.digest_at(seq)
             if digest is None:  # mid-batch watermark (time travel): not checkpointable
                 continue
