@@ -208,7 +208,7 @@ def answers(idx: RecallIndex) -> list[list[tuple[object, ...]]]:
     return out
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
 def test_incremental_equals_rebuilt(steps: list[tuple[str, object]]) -> None:
     idx = RecallIndex()

@@ -706,7 +706,8 @@ class RecallIndex:
                     li, ld = self._live_values("path", np.array(alias_ids + exact_ids,
                                                                 dtype=np.int64),
                                                alias_d + exact_d, la)
-                    unique = len(li) + len(ld) == 1
+                    # a path may live in both the base and the delta: count strings
+                    unique = len({self._value_str("path", i) for i in li} | set(ld)) == 1
                 else:
                     unique = False
                 if unique:

@@ -262,13 +262,25 @@ def tokenize_docs(
     get = wc.__getitem__
     findall = _IDENT.findall
     from_iter = chain.from_iterable
+    # texts repeat a lot across packets (paths, signatures, re-puts): tokenise each once
+    text_ids: dict[str, tuple[int, ...]] = {}
+
+    def text_missing(t: str) -> tuple[int, ...]:
+        ids = tuple(from_iter(map(get, findall(t))))
+        if len(text_ids) < 2_000_000:
+            text_ids[t] = ids
+        return ids
+
+    tget = text_ids.get
     arr = array("i")
     ext = arr.extend
     lens = array("q")
     push = lens.append
     prev = 0
     for d in docs:
-        ext(from_iter(map(get, findall("\n".join(d.texts())))))
+        for t in (d.summary, *d.paths, *d.symbols, *d.tests, *d.payload_text):
+            ids = tget(t)
+            ext(ids if ids is not None else text_missing(t))
         cur = len(arr)
         push(cur - prev)
         prev = cur
