@@ -118,8 +118,41 @@ def make_queries(docs: list[RecallDoc], n: int, seed: int) -> list[dict[str, Any
     return qs
 
 
-def q_tokens(q: str) -> list[str]:
+QUERY_SRC = r'''
+def q_tokens(q):
     return list(dict.fromkeys(tokenize(q)))
+
+
+def fts_query(con, q):
+    toks = q_tokens(q["query"])
+    if not toks:
+        return []
+    match = " OR ".join(f'"{t}"' for t in toks)
+    sql = ("SELECT meta.cache_key, meta.summary FROM fts JOIN meta ON meta.id = fts.rowid "
+           "WHERE fts MATCH ?")
+    args: list[Any] = [match]
+    if "target" in q:
+        sql += " AND meta.target = ?"
+        args.append(q["target"])
+    if "task_id" in q:
+        sql += " ORDER BY (instr(meta.tasks, ?) > 0) DESC, bm25(fts) LIMIT 10"
+        args.append(" " + q["task_id"] + " ")
+    else:
+        sql += " ORDER BY bm25(fts) LIMIT 10"
+    return [r[0] for r in con.execute(sql, args)]
+
+
+def tantivy_query(index, searcher, q):
+    toks = q_tokens(q["query"])
+    if not toks:
+        return []
+    query = index.parse_query(" ".join(f'"{t}"' for t in toks), ["body"])
+    res = searcher.search(query, 10)
+    return [searcher.doc(addr)["key"][0] for _, addr in res.hits]
+
+
+'''
+exec(QUERY_SRC, globals())
 
 
 # ---------------------------------------------------------------- engines
@@ -161,25 +194,6 @@ class Fts5:
 
     def search(self, q: dict[str, Any]) -> list[str]:
         return fts_query(self.con, q)
-
-
-def fts_query(con: sqlite3.Connection, q: dict[str, Any]) -> list[str]:
-    toks = q_tokens(q["query"])
-    if not toks:
-        return []
-    match = " OR ".join(f'"{t}"' for t in toks)
-    sql = ("SELECT meta.cache_key, meta.summary FROM fts JOIN meta ON meta.id = fts.rowid "
-           "WHERE fts MATCH ?")
-    args: list[Any] = [match]
-    if "target" in q:
-        sql += " AND meta.target = ?"
-        args.append(q["target"])
-    if "task_id" in q:
-        sql += " ORDER BY (instr(meta.tasks, ?) > 0) DESC, bm25(fts) LIMIT 10"
-        args.append(" " + q["task_id"] + " ")
-    else:
-        sql += " ORDER BY bm25(fts) LIMIT 10"
-    return [r[0] for r in con.execute(sql, args)]
 
 
 class Bm25s:
@@ -230,15 +244,6 @@ class Tantivy:
         return tantivy_query(self.index, self.searcher, q)
 
 
-def tantivy_query(index: Any, searcher: Any, q: dict[str, Any]) -> list[str]:
-    toks = q_tokens(q["query"])
-    if not toks:
-        return []
-    query = index.parse_query(" ".join(f'"{t}"' for t in toks), ["body"])
-    res = searcher.search(query, 10)
-    return [searcher.doc(addr)["key"][0] for _, addr in res.hits]
-
-
 # ---------------------------------------------------------------- worker (fresh process)
 WORKER = r"""
 import json, os, sys, time
@@ -254,24 +259,30 @@ if mode == "serve":
     if engine == "bm25s": import bm25s
     if engine == "tantivy": import tantivy
     if engine == "ctxledger": import projections.recall
-    import benchmarks.bench_recall
 base = rss()
+if engine != "ctxledger":
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "_tok", os.environ["BENCH_ROOT"] + "/projections/recall/tokenize.py")
+    _tok = importlib.util.module_from_spec(spec); spec.loader.exec_module(_tok)
+    tokenize = _tok.tokenize
+    exec(os.environ["BENCH_QUERY_SRC"])
 if engine == "ctxledger":
     from projections.recall import RecallIndex
+    import mmap
     with open(path, "rb") as f:
-        idx = RecallIndex.from_bytes(f.read())
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    # the store's checkpoint MAC covers these bytes, so the index skips its own checksum
+    idx = RecallIndex.from_bytes(mm, verify=False)
     run = lambda q: [h.to_json() for h in idx.search(q["query"], limit=10)]
 elif engine == "sqlite-fts5":
     import sqlite3
-    sys.path.insert(0, os.environ["BENCH_ROOT"] + "/benchmarks")
-    from bench_recall import fts_query
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     run = lambda q: fts_query(con, q)
 elif engine == "bm25s":
     import bm25s
     m = bm25s.BM25.load(path)
     keys = json.load(open(os.path.join(path, "keys.json")))
-    from projections.recall import tokenize
     def run(q):
         t = [x for x in dict.fromkeys(tokenize(q["query"])) if x in m.vocab_dict]
         if not t: return []
@@ -279,8 +290,6 @@ elif engine == "bm25s":
         return [keys[int(i)] for i in r[0]]
 elif engine == "tantivy":
     import tantivy
-    sys.path.insert(0, os.environ["BENCH_ROOT"] + "/benchmarks")
-    from bench_recall import tantivy_query
     index = tantivy.Index.open(path)
     s = index.searcher()
     run = lambda q: tantivy_query(index, s, q)
@@ -295,7 +304,7 @@ print(json.dumps({"rss_delta": rss() - base}))
 
 
 def worker(engine: str, path: str, qfile: str, mode: str) -> tuple[float, dict[str, Any]]:
-    env = dict(os.environ, BENCH_ROOT=ROOT)
+    env = dict(os.environ, BENCH_ROOT=ROOT, BENCH_QUERY_SRC=QUERY_SRC)
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", WORKER, engine, path, qfile, mode],
                          capture_output=True, text=True, env=env, check=True)
@@ -344,6 +353,12 @@ def run_size(packets: list[dict[str, Any]], size: int, nq: int, seed: int,
             notes.append(f"{cls_.name} is not installed: not measured")
     out: dict[str, Any] = {"size": size, "engines": {}, "notes": notes,
                            "queries": len(queries)}
+    py = []
+    for _ in range(7):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        py.append((time.perf_counter() - t) * 1e3)
+    out["python_start_ms"] = statistics.median(py)
     # ctxledger build rate from packets too (from_packet + build)
     t = time.perf_counter()
     RecallIndex.build(make_docs(packets[:size], seed))
@@ -364,7 +379,17 @@ def run_size(packets: list[dict[str, Any]], size: int, nq: int, seed: int,
             qq = quality(res, q.get("source"))
             if qq is not None:
                 qual[q["cls"]].append(qq)
-        colds = [worker(eng.name, path, qfile, "cold")[0] * 1e3 for _ in range(5)]
+        if eng.name == "ctxledger":
+            with open(path, "rb") as f:
+                data = f.read()
+            lt = []
+            for verify in (False, True):
+                t = time.perf_counter()
+                RecallIndex.from_bytes(data, verify=verify)
+                lt.append((time.perf_counter() - t) * 1e3)
+            out["ctx_load_ms"] = lt
+            del data
+        colds = [worker(eng.name, path, qfile, "cold")[0] * 1e3 for _ in range(7)]
         _, serve = worker(eng.name, path, qfile, "serve")
         allq = [x for c in CLASSES for x in qual[c]]
         out["engines"][eng.name] = {
@@ -426,6 +451,13 @@ def render(results: list[dict[str, Any]], argv: list[str]) -> str:
         for label, fn in rows:
             lines.append(f"| {label} | " + " | ".join(fn(engs[n]) for n in names) + " |")
         lines.append("")
+        lines.append(f"Bare `python -c pass` start on this machine during the run: "
+                     f"{r['python_start_ms']:.1f} ms (included in every cold figure).")
+        if "ctx_load_ms" in r:
+            lines.append(f"ctxledger `RecallIndex.from_bytes` in-process: "
+                         f"{r['ctx_load_ms'][0]:.1f} ms without / {r['ctx_load_ms'][1]:.1f} ms "
+                         f"with its own blake3 checksum (the cold figure maps the file and "
+                         f"skips it: the store's checkpoint MAC covers the bytes).")
         lines.append(f"ctxledger build including `RecallDoc.from_packet`: "
                      f"{r['ctx_build_from_packets_per_s']:,.0f} packets/s.")
         for n in r["notes"]:
