@@ -193,7 +193,7 @@ class Fts5:
         self.con = con
 
     def search(self, q: dict[str, Any]) -> list[str]:
-        return fts_query(self.con, q)
+        return fts_query(self.con, q)  # noqa: F821 (defined by QUERY_SRC)
 
 
 class Bm25s:
@@ -211,7 +211,7 @@ class Bm25s:
             json.dump(self.keys, f)
 
     def search(self, q: dict[str, Any]) -> list[str]:
-        toks = [t for t in q_tokens(q["query"]) if t in self.vocab]
+        toks = [t for t in q_tokens(q["query"]) if t in self.vocab]  # noqa: F821
         if not toks:
             return []
         res, _ = self.model.retrieve([toks], k=min(10, len(self.keys)), show_progress=False,
@@ -241,7 +241,7 @@ class Tantivy:
         self.searcher = index.searcher()
 
     def search(self, q: dict[str, Any]) -> list[str]:
-        return tantivy_query(self.index, self.searcher, q)
+        return tantivy_query(self.index, self.searcher, q)  # noqa: F821
 
 
 # ---------------------------------------------------------------- worker (fresh process)

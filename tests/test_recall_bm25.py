@@ -52,7 +52,7 @@ def check_against_reference(idx: RecallIndex, docs: list[RecallDoc], query: str,
     ref = reference_bm25(live, query)
     hits = idx.search(query, limit=len(docs) + 1, live_after=live_after, now=0.0)
     got = {h.cache_key: h for h in hits}
-    for k, s in ref.items():
+    for k, _s in ref.items():
         assert k in got, f"{k} missing for {query!r}"
     for h in hits:
         if h.match_reasons == ("bm25_text",):

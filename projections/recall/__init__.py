@@ -7,7 +7,7 @@ See docs/recall.md for the semantics and docs/architecture.md for the layout.
 
 from __future__ import annotations
 
-from .index import B, BOOSTS, K1, SCOPES, RecallIndex
+from .index import BOOSTS, K1, SCOPES, B, RecallIndex
 from .snippet import make_snippet
 from .tokenize import tokenize
 from .types import RecallDoc, RecallHit, est_tokens, payload_strings

@@ -780,7 +780,7 @@ class RecallIndex:
             sel = np.arange(n)
         sc = score[sel].tolist()
         cr = self._created[cand[sel]].tolist()
-        rows = sorted(zip(sc, cr, sel.tolist()), key=lambda r: (-r[0], -r[1]))
+        rows = sorted(zip(sc, cr, sel.tolist(), strict=False), key=lambda r: (-r[0], -r[1]))
         # resolve exact (score, created) ties by cache_key, only where needed
         out: list[int] = []
         i = 0
@@ -836,13 +836,13 @@ class RecallIndex:
         lsyms = [s.lower() for s in symbols]
         for kind, w, mode in rules:
             if kind == "path" or kind == "pathf":
-                for p, cp in zip(paths, cpaths):
+                for p, cp in zip(paths, cpaths, strict=False):
                     lv = path_level(cp, w)
                     if (lv == 2 or (lv == 1 and (mode == 1 or kind == "pathf"))) \
                             and p not in mpaths:
                         mpaths.append(p)
             elif kind == "sym" or kind == "symf":
-                for s_, ls in zip(symbols, lsyms):
+                for s_, ls in zip(symbols, lsyms, strict=False):
                     if sym_level(ls, w, mode == 1 or kind == "symf") and s_ not in msyms:
                         msyms.append(s_)
         if mpaths:

@@ -15,7 +15,7 @@ import re
 import struct
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Any
 
