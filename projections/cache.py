@@ -75,14 +75,11 @@ class CacheState:
         self.evictions["corrupt_load_recovery"] = self.evictions.get("corrupt_load_recovery", 0) + 1
 
     def _put(self, event: Event) -> None:
-        key = _key_bytes(event.key)
-        data = event.data
-        packet = data.get("packet") if isinstance(data, dict) else None
-        target = packet.get("target") if isinstance(packet, dict) else None
-        nbytes = data.get("bytes", 0) if isinstance(data, dict) else 0
-        if key is None or not isinstance(target, str) or not _is_size(nbytes):
+        parsed = parse_put(event)
+        if parsed is None:
             self._bad()
             return
+        key, target, nbytes = parsed
         tid = self.target_ix.get(target)
         if tid is None:
             tid = self.target_ix[target] = len(self.targets)
@@ -90,11 +87,11 @@ class CacheState:
         self.delta[key] = (event.seq, float(event.at), tid, nbytes)
 
     def _evict(self, event: Event) -> None:
-        key = _key_bytes(event.key)
-        reason = event.data.get("reason") if isinstance(event.data, dict) else None
-        if key is None or not isinstance(reason, str):
+        parsed = parse_evict(event)
+        if parsed is None:
             self.skipped_bad += 1
             return
+        key, reason = parsed
         if self.row(key) is None:
             return  # already gone: a repeated tombstone changes nothing
         self.delta[key] = None
@@ -220,6 +217,31 @@ class CacheState:
         }
         return {"seq": self.seq, "entries": entries, "evictions": dict(self.evictions),
                 "skipped_unknown": self.skipped_unknown, "skipped_bad": self.skipped_bad}
+
+
+def parse_put(event: Event) -> tuple[bytes, str, int] | None:
+    """``(key, target, nbytes)`` of a usable ``cache.put``, or None for a malformed one.
+
+    Every view that follows the cache's events should decide with this (and
+    :func:`parse_evict`), so that no view holds an entry the cache does not.
+    """
+    key = _key_bytes(event.key)
+    data = event.data
+    packet = data.get("packet") if isinstance(data, dict) else None
+    target = packet.get("target") if isinstance(packet, dict) else None
+    nbytes = data.get("bytes", 0) if isinstance(data, dict) else 0
+    if key is None or not isinstance(target, str) or not _is_size(nbytes):
+        return None
+    return key, target, nbytes
+
+
+def parse_evict(event: Event) -> tuple[bytes, str] | None:
+    """``(key, reason)`` of a usable ``cache.evicted``, or None for a malformed one."""
+    key = _key_bytes(event.key)
+    reason = event.data.get("reason") if isinstance(event.data, dict) else None
+    if key is None or not isinstance(reason, str):
+        return None
+    return key, reason
 
 
 def _is_size(n: object) -> bool:
