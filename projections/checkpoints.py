@@ -14,10 +14,12 @@ version, a watermark this log does not have) and the caller rebuilds.
 
 from __future__ import annotations
 
+import mmap
 import os
 import secrets
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -37,7 +39,7 @@ class Checkpoint:
     version: int
     seq: int
     digest: bytes
-    body: bytes
+    body: bytes | memoryview
     source: str  # "primary" or "backup"
 
 
@@ -77,17 +79,21 @@ class CheckpointDir:
         self._key = key
         return key
 
-    def load(self, name: str) -> tuple[list[Checkpoint], list[str]]:
-        """Usable-looking checkpoints (primary first) and why others were refused."""
+    def load(self, name: str, refused: list[str]) -> Iterator[Checkpoint]:
+        """Authentic checkpoints of ``name``, primary first, verified lazily.
+
+        The backup is read and hashed only if the caller asks for it (the
+        primary was refused). Files are memory-mapped: a checkpoint is replaced
+        by rename, never rewritten in place, so a mapping stays valid. Reasons
+        for refusing a file are appended to ``refused``.
+        """
         key = self._load_key(create=False)
-        found: list[Checkpoint] = []
-        refused: list[str] = []
         for suffix, source in ((".ckpt", "primary"), (".ckpt.bak", "backup")):
             try:
-                raw = (self.path / (name + suffix)).read_bytes()
+                raw = _map(self.path / (name + suffix))
             except FileNotFoundError:
                 continue
-            except OSError:
+            except (OSError, ValueError):
                 refused.append(f"{source}: unreadable")
                 continue
             if key is None:
@@ -97,8 +103,17 @@ class CheckpointDir:
             if ck is None:
                 refused.append(f"{source}: {why}")
             else:
-                found.append(ck)
-        return found, refused
+                yield ck
+
+    def peek_seq(self, name: str) -> int | None:
+        """The watermark a primary checkpoint claims (unverified: a hint for scheduling)."""
+        try:
+            with open(self.path / (name + ".ckpt"), "rb") as f:
+                head = f.read(4096)
+            (hlen,) = _LEN.unpack_from(head, 8)
+            return int(cbor2.loads(head[12 : 12 + hlen])["seq"])
+        except Exception:
+            return None
 
     def write(self, name: str, version: int, seq: int, digest: bytes, body: bytes,
               *, rotate: bool = True) -> None:
@@ -122,7 +137,7 @@ class CheckpointDir:
             h.update(prefix)
             h.update(body)
             primary = self.path / (name + ".ckpt")
-            tmp = self.path / (name + ".ckpt.tmp")
+            tmp = self.path / f"{name}.ckpt.{os.getpid()}.tmp"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 for part in (prefix, body, h.digest()):
@@ -162,16 +177,24 @@ class CheckpointDir:
                 pass
 
 
-def _decode(raw: bytes, key: bytes, name: str, source: str) -> tuple[Checkpoint | None, str]:
-    if len(raw) < len(MAGIC) + 4 + MAC_SIZE or raw[:8] != MAGIC:
+def _map(path: Path) -> memoryview:
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def _decode(raw: memoryview, key: bytes, name: str, source: str) -> tuple[Checkpoint | None, str]:
+    if len(raw) < len(MAGIC) + 4 + MAC_SIZE or bytes(raw[:8]) != MAGIC:
         return None, "not a checkpoint"
     body_end = len(raw) - MAC_SIZE
-    mac = blake3.blake3(memoryview(raw)[:body_end], key=key).digest()
-    if not secrets.compare_digest(mac, raw[body_end:]):
+    mac = blake3.blake3(raw[:body_end], key=key).digest()
+    if not secrets.compare_digest(mac, bytes(raw[body_end:])):
         return None, "MAC mismatch"
     (hlen,) = _LEN.unpack_from(raw, 8)
     try:
-        header = cbor2.loads(raw[12 : 12 + hlen])
+        header = cbor2.loads(bytes(raw[12 : 12 + hlen]))
         ck = Checkpoint(
             header["name"], int(header["version"]), int(header["seq"]), bytes(header["digest"]),
             raw[12 + hlen : body_end], source,

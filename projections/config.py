@@ -25,8 +25,9 @@ class StoreConfig:
     ttl_seconds: float = DEFAULT_TTL
     max_packet_bytes: int = DEFAULT_MAX_PACKET_BYTES
     sync: str = "always"
-    checkpoint_every_events: int = 5_000
+    checkpoint_every_events: int = 50_000
     checkpoint_every_seconds: float = 30.0
+    checkpoint_close_lag: int = 256
 
     @classmethod
     def load(cls, path: Path) -> StoreConfig:
@@ -46,6 +47,7 @@ class StoreConfig:
         _num(kw, "max_packet_bytes", store.get("max_packet_bytes"), path, positive=True, integer=True)
         _num(kw, "checkpoint_every_events", ckpt.get("every_events"), path, positive=True, integer=True)
         _num(kw, "checkpoint_every_seconds", ckpt.get("every_seconds"), path, positive=True)
+        _num(kw, "checkpoint_close_lag", ckpt.get("close_lag"), path, positive=True, integer=True)
         sync = store.get("sync")
         if sync is not None:
             if sync not in ("always", "batch", "none"):

@@ -8,17 +8,19 @@ answers a query without reindexing.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import cbor2
 
 from eventstore import Event
 
-from .cache import EVICTED, PUT, _key_bytes
+from .cache import EVICTED, PUT, parse_evict, parse_put
 from .recall import RecallDoc, RecallIndex
 
 NAME = "recall"
-VERSION = 1
+VERSION = 2
+_LEN = struct.Struct("<I")
 
 
 class RecallState:
@@ -35,32 +37,41 @@ class RecallState:
             return
         self.seq = event.seq
         if event.kind == PUT:
-            data = event.data
-            packet = data.get("packet") if isinstance(data, dict) else None
-            nbytes = data.get("bytes", 0) if isinstance(data, dict) else 0
-            if (_key_bytes(event.key) is None or not isinstance(packet, dict)
-                    or not isinstance(packet.get("target"), str) or not isinstance(nbytes, int)):
+            parsed = parse_put(event)
+            packet = event.data.get("packet") if parsed is not None else None
+            if parsed is None or not isinstance(packet, dict):
                 self.skipped_bad += 1
                 return
-            assert event.key is not None
-            self.index.add(RecallDoc.from_packet(event.key, packet, event.at, nbytes))
+            key, _target, nbytes = parsed
+            self.index.add(RecallDoc.from_packet(key.hex(), packet, event.at, nbytes))
         elif event.kind == EVICTED:
-            if isinstance(event.key, str):
-                self.index.remove(event.key)
+            evicted = parse_evict(event)
+            if evicted is None:
+                self.skipped_bad += 1
+            else:
+                self.index.remove(evicted[0].hex())
         else:
             self.skipped_unknown += 1
 
     def to_bytes(self) -> bytes:
-        return cbor2.dumps({"seq": self.seq, "skipped_unknown": self.skipped_unknown,
-                            "skipped_bad": self.skipped_bad, "index": self.index.to_bytes()})
+        """u32 length, CBOR of the counters, then the index's own bytes, raw.
+
+        Raw so that loading is zero-copy: the index's arrays are read straight
+        from the (memory-mapped) checkpoint.
+        """
+        meta = cbor2.dumps({"seq": self.seq, "skipped_unknown": self.skipped_unknown,
+                            "skipped_bad": self.skipped_bad})
+        return _LEN.pack(len(meta)) + meta + self.index.to_bytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> RecallState:
-        doc: dict[str, Any] = cbor2.loads(data)
+    def from_bytes(cls, data: bytes | memoryview) -> RecallState:
+        view = memoryview(data)
+        (n,) = _LEN.unpack_from(view, 0)
+        meta: dict[str, Any] = cbor2.loads(bytes(view[4 : 4 + n]))
         # the checkpoint's MAC already covers these bytes: skip the index's own checksum
-        st = cls(RecallIndex.from_bytes(doc["index"], verify=False))
-        st.seq = int(doc["seq"])
-        st.skipped_unknown, st.skipped_bad = int(doc["skipped_unknown"]), int(doc["skipped_bad"])
+        st = cls(RecallIndex.from_bytes(view[4 + n :], verify=False))
+        st.seq = int(meta["seq"])
+        st.skipped_unknown, st.skipped_bad = int(meta["skipped_unknown"]), int(meta["skipped_bad"])
         return st
 
     def snapshot(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from eventstore import Event, Ledger, LedgerError
+from eventstore import Event, Ledger
 
 from .checkpoints import CheckpointDir
 
@@ -51,7 +51,11 @@ class View:
 
 
 class Runner:
-    """Serves a set of views over one ledger."""
+    """Serves a set of views over one ledger, each loaded the first time it is asked for.
+
+    A command that only reads the cache never pays for loading the recall
+    index, and the other way round.
+    """
 
     def __init__(
         self,
@@ -59,21 +63,40 @@ class Runner:
         ckdir: CheckpointDir,
         projections: list[Projection],
         *,
-        every_events: int = 5_000,
+        every_events: int = 50_000,
         every_seconds: float = 30.0,
+        close_lag: int = 256,
     ) -> None:
         self.ledger = ledger
         self.ckdir = ckdir
         self.every_events = every_events
         self.every_seconds = every_seconds
-        self.views = {p.name: self._load(p) for p in projections}
+        self.close_lag = close_lag
+        self.projections = {p.name: p for p in projections}
+        self.views: dict[str, View] = {}
+        self._claimed: dict[str, int] = {}  # watermark an unloaded view's checkpoint claims
         self._last_ckpt = time.monotonic()
 
+    def view(self, name: str, progress: Progress | None = None) -> View:
+        """The view ``name``, loaded (checkpoint, then the events after it) on first use."""
+        v = self.views.get(name)
+        if v is None:
+            v = self.views[name] = self._load(self.projections[name])
+            fold(self.ledger, [v.state], v.state.seq + 1, None, progress)
+        return v
+
+    def state(self, name: str) -> State:
+        return self.view(name).state
+
+    def load_all(self, progress: Progress | None = None) -> None:
+        for name in self.projections:
+            self.view(name, progress)
+
     def _load(self, p: Projection) -> View:
-        found, refused = self.ckdir.load(p.name)
+        refused: list[str] = []
         head = self.ledger.head
         chosen: View | None = None
-        for ck in found:
+        for ck in self.ckdir.load(p.name, refused):
             if ck.version != p.version:
                 refused.append(f"{ck.source}: version {ck.version}, expected {p.version}")
                 continue
@@ -95,11 +118,42 @@ class Runner:
         return chosen
 
     def catch_up(self, progress: Progress | None = None, until: int | None = None) -> int:
-        """Fold every committed event past the lowest watermark; returns events folded."""
+        """Fold every committed event past the lowest watermark of the loaded views."""
         states = [v.state for v in self.views.values()]
+        if not states:
+            return 0
         return fold(self.ledger, states, min(s.seq for s in states) + 1, until, progress)
 
-    def maybe_checkpoint(self) -> None:
+    def close_checkpoint(self) -> int:
+        """At the end of a writing session: checkpoint what moved, and any view left behind.
+
+        A view this process never loaded is loaded and checkpointed when its
+        checkpoint lags the log by ``close_lag`` events or more, so readers (who
+        never write checkpoints) never fold a long tail.
+        """
+        head = self.ledger.head
+        for name in self.projections:
+            if name not in self.views:
+                seq = self.ckdir.peek_seq(name)
+                if head and (seq is None or head - seq >= self.close_lag):
+                    self.view(name)
+        self.catch_up()
+        return self.checkpoint()
+
+    def maybe_checkpoint(self, head: int) -> None:
+        """Debounce: checkpoint once ``every_events`` events or ``every_seconds`` piled up.
+
+        Views this process has not loaded count too (by the watermark their
+        checkpoint claims), so a writer that never reads still keeps them fresh.
+        """
+        for name in self.projections:
+            if name not in self.views:
+                if name not in self._claimed:
+                    self._claimed[name] = self.ckdir.peek_seq(name) or 0
+                if head - self._claimed[name] >= self.every_events:
+                    self.view(name)
+        if not self.views:
+            return
         pending = max(v.state.seq - v.checkpointed_seq for v in self.views.values())
         if pending >= self.every_events or (
             pending and time.monotonic() - self._last_ckpt >= self.every_seconds
@@ -132,10 +186,9 @@ class Runner:
 
     def reset(self, name: str) -> None:
         """Forget a view's checkpoints and state; the next catch-up refolds it."""
-        v = self.views[name]
         self.ckdir.remove(name)
-        v.state, v.loaded_from, v.refused, v.checkpointed_seq = v.projection.new(), "rebuild", [], 0
-        v.stale = set()
+        p = self.projections[name]
+        self.views[name] = View(p, p.new(), "rebuild", [], 0)
 
 
 def fold(
@@ -147,18 +200,15 @@ def fold(
 ) -> int:
     """Apply events ``from_seq..until`` to every state (each skips what it has)."""
     n = 0
-    try:
-        for at, first, rows in ledger.read_batches(from_seq, until):
-            for i, row in enumerate(rows):
-                seq = first + i
-                if seq < from_seq or (until is not None and seq > until):
-                    continue
-                ev = Event(row[0], row[1], row[2], seq=seq, at=at)
-                for s in states:
-                    s.apply(ev)
-                n += 1
-            if progress is not None:
-                progress(len(rows))
-    except LedgerError:
-        raise
+    for at, first, rows in ledger.read_batches(from_seq, until):
+        for i, row in enumerate(rows):
+            seq = first + i
+            if seq < from_seq or (until is not None and seq > until):
+                continue
+            ev = Event(row[0], row[1], row[2], seq=seq, at=at)
+            for s in states:
+                s.apply(ev)
+            n += 1
+        if progress is not None:
+            progress(len(rows))
     return n

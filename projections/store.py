@@ -123,8 +123,10 @@ class ContextStore:
         try:
             runner = Runner(ledger, CheckpointDir(path / "checkpoints", readonly=readonly),
                             projections(), every_events=cfg.checkpoint_every_events,
-                            every_seconds=cfg.checkpoint_every_seconds)
-            runner.catch_up(progress)
+                            every_seconds=cfg.checkpoint_every_seconds,
+                            close_lag=cfg.checkpoint_close_lag)
+            if progress is not None:  # the caller wants to watch the views load now
+                runner.load_all(progress)
         except BaseException:
             ledger.close()
             raise
@@ -186,7 +188,7 @@ class ContextStore:
         self._check_writable()
         receipt = self.ledger.append(events)
         self.runner.catch_up()
-        self.runner.maybe_checkpoint()
+        self.runner.maybe_checkpoint(receipt.last_seq)
         return receipt
 
     def _check_writable(self) -> None:
@@ -204,17 +206,18 @@ class ContextStore:
         self.runner.catch_up()
 
     def _cache(self) -> CacheState:
-        return self.runner.views[cache.NAME].state  # type: ignore[return-value]
+        return self.runner.state(cache.NAME)  # type: ignore[return-value]
 
     def _live_after(self) -> float:
         return self.clock() - self.config.ttl_seconds
 
-    def _state_as_of(self, as_of: int | float | None) -> list[State]:
+    def _state_as_of(self, as_of: int | float | None, names: list[str]) -> list[State]:
+        """The named views now (loaded on demand), or folded afresh up to ``as_of``."""
         if as_of is None:
             self._sync()
-            return [v.state for v in self.runner.views.values()]
+            return [self.runner.state(n) for n in names]
         seq = self.seq_for(as_of)
-        states = [p.new() for p in projections()]
+        states = [self.runner.projections[n].new() for n in names]
         fold(self.ledger, states, 1, seq)
         return states
 
@@ -242,7 +245,8 @@ class ContextStore:
     def _entry(self, ref: EntryRef) -> CacheEntry:
         for ev in self.ledger.read(ref.seq, ref.seq):
             data = ev.data
-            meta = dict(data.get("metadata") or {})
+            raw_meta = data.get("metadata")
+            meta = dict(raw_meta) if isinstance(raw_meta, dict) else {}
             meta.setdefault("seq", ref.seq)
             meta.setdefault("bytes", ref.nbytes)
             return CacheEntry(ref.cache_key, ref.target, int(ref.created_at), data["packet"], meta)
@@ -254,7 +258,7 @@ class ContextStore:
         """Live entries, newest first, filtered and paged."""
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must be non-negative")
-        state = self._state_as_of(as_of)[0]
+        state = self._state_as_of(as_of, [cache.NAME])[0]
         assert isinstance(state, CacheState)
         ttl = self.config.ttl_seconds
         out = []
@@ -283,7 +287,7 @@ class ContextStore:
         as_of: int | float | None = None,
     ) -> list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md)."""
-        states = self._state_as_of(as_of)
+        states = self._state_as_of(as_of, [cache.NAME, recall_view.NAME])
         rstate = states[1]
         assert isinstance(rstate, RecallState)
         now = self.clock()
@@ -308,6 +312,7 @@ class ContextStore:
 
     def stats(self) -> dict[str, Any]:
         self._sync()
+        self.runner.load_all()
         st = self._cache()
         live, oldest, newest = st.count(self._live_after())
         total, _o, _n = st.count(None)
@@ -335,17 +340,20 @@ class ContextStore:
     # --- maintenance ----------------------------------------------------------------
 
     def checkpoint(self) -> int:
+        """Write every view's checkpoint now (loading views not yet loaded)."""
         self._check_writable()
         self._sync()
+        self.runner.load_all()
         return self.runner.checkpoint()
 
     def rebuild(self, projection: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
         """Drop checkpoints (of one view or all), refold from the log, checkpoint again."""
         self._check_writable()
-        names = list(self.runner.views) if projection is None else [projection]
+        known = list(self.runner.projections)
+        names = known if projection is None else [projection]
         for name in names:
-            if name not in self.runner.views:
-                raise ValueError(f"unknown projection {name!r} (known: {', '.join(self.runner.views)})")
+            if name not in known:
+                raise ValueError(f"unknown projection {name!r} (known: {', '.join(known)})")
             self.runner.reset(name)
         start = time.perf_counter()
         n = self.runner.catch_up(progress)
@@ -360,8 +368,7 @@ class ContextStore:
             return
         try:
             if not self.readonly:
-                self.runner.catch_up()
-                self.runner.checkpoint()
+                self.runner.close_checkpoint()
         finally:
             self._closed = True
             self.ledger.close()

@@ -88,7 +88,7 @@ class RefCache:
 
 
 def view_state(store: ContextStore) -> CacheState:
-    return store.runner.views[cache_mod.NAME].state  # type: ignore[return-value]
+    return store.runner.view(cache_mod.NAME).state  # type: ignore[return-value]
 
 
 def fresh_fold(led: Ledger, until: int | None = None) -> dict[str, Any]:
@@ -259,9 +259,6 @@ def test_huge_negative_or_boolean_size_is_a_malformed_put() -> None:
     assert snap["skipped_bad"] == len(BAD_SIZES) and snap["entries"] == {}
 
 
-@pytest.mark.xfail(strict=True, reason="projections/recall_view.py RecallState.apply accepts any "
-                   "int 'bytes' and RecallIndex.add overflows its int64 column (OverflowError) "
-                   "for bytes >= 2**63: one such cache.put makes every later store read crash")
 def test_huge_size_in_the_log_does_not_crash_the_store(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         store.ledger.append([Event("cache.put", GOOD_KEYS[0],
@@ -620,8 +617,6 @@ def test_unknown_and_malformed_events_are_counted(tmp_path: Path) -> None:
         assert (st_["skipped_unknown_events"], st_["skipped_bad_events"]) == (2, 5)
 
 
-@pytest.mark.xfail(strict=True, reason="store.py _entry: dict(data.get('metadata') or {}) crashes "
-                   "on a cache.put whose metadata is not a mapping (ValueError/TypeError)")
 @pytest.mark.parametrize("meta", ["abc", 5, ["x"]])
 def test_get_of_an_entry_with_malformed_metadata_does_not_crash(tmp_path: Path, meta: Any) -> None:
     k = GOOD_KEYS[0]
@@ -657,10 +652,6 @@ def recall_keys_agree(events: list[Event]) -> None:
     assert all(k in recall_state.index for k in keys)
 
 
-@pytest.mark.xfail(strict=True, reason="projections/recall_view.py decides which cache events are "
-                   "usable differently from the cache view (evict without reason, negative/bool "
-                   "bytes, upper-case keys): recall can hold entries the cache does not; "
-                   "use projections.cache.parse_put/parse_evict")
 @pytest.mark.parametrize("events", RECALL_DISAGREES, ids=["evict-no-reason", "negative-size",
                                                           "upper-case-key"])
 def test_recall_view_holds_exactly_the_cache_entries(events: list[Event]) -> None:
