@@ -23,7 +23,11 @@ class LogBackend(Protocol):
     def head_digest(self) -> bytes: ...
 
     def append(
-        self, events: Iterable[Event], *, expected_head: int | None = None, batch_id: str | None = None
+        self,
+        events: Iterable[Event],
+        *,
+        expected_head: int | None = None,
+        batch_id: str | None = None,
     ) -> Receipt: ...
 
     def read(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Event]: ...

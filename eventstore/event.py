@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
+import cbor2
 
 from .errors import InvalidEventError
 
@@ -45,22 +46,147 @@ class Receipt:
     duplicate: bool = False  # True when a retried batch_id was already committed
 
 
-def check_event(event: object) -> Event:
-    """Reject anything that is not a writable event, before a byte is written."""
-    if not isinstance(event, Event):
+#: Deepest nesting of maps/arrays an event's data may have (the data mapping is level 1).
+#: cbor2 refuses to decode a payload nested deeper than 400 levels; a batch must never be
+#: written that its readers cannot decode, so append refuses data deeper than this.
+MAX_DATA_DEPTH = 200
+
+_SCALARS = frozenset({str, int, float, bool, type(None), bytes})
+_KINDS_OK: set[str] = set()  # kinds that passed KIND_RE (a cache: kinds repeat)
+_new_event = object.__new__
+_set_kind, _set_key, _set_data, _set_seq, _set_at = (
+    Event.__dict__[name].__set__ for name in ("kind", "key", "data", "seq", "at")
+)
+
+
+def make_event(kind: str, key: str | None, data: Any, seq: int, at: float) -> Event:
+    """An :class:`Event` built without ``__init__``, for readers of checked frames.
+
+    ``Event`` is a frozen slotted attrs class with no validators or converters,
+    so setting its five slots directly builds exactly what ``__init__`` would.
+    """
+    e = _new_event(Event)
+    _set_kind(e, kind)
+    _set_key(e, key)
+    _set_data(e, data)
+    _set_seq(e, seq)
+    _set_at(e, at)
+    return e
+
+
+def _too_deep() -> InvalidEventError:
+    return InvalidEventError(
+        f"event data nests deeper than {MAX_DATA_DEPTH} levels of maps and arrays"
+    )
+
+
+def _walk(obj: Any, depth: int) -> bool:
+    """Check a dict or list nests at most MAX_DATA_DEPTH levels; True if it holds
+    anything other than dicts, lists and plain scalars (see :func:`check_batch`)."""
+    if depth > MAX_DATA_DEPTH:
+        raise _too_deep()
+    other = False
+    if type(obj) is dict:
+        for k, v in obj.items():
+            if type(k) is not str and type(k) not in _SCALARS:
+                _walk_other(k, depth + 1)
+                other = True
+            t = type(v)
+            if t is str or t in _SCALARS:
+                continue
+            if t is dict or t is list:
+                other = _walk(v, depth + 1) or other
+            else:
+                _walk_other(v, depth + 1)
+                other = True
+    else:
+        for v in obj:
+            t = type(v)
+            if t is str or t in _SCALARS:
+                continue
+            if t is dict or t is list:
+                other = _walk(v, depth + 1) or other
+            else:
+                _walk_other(v, depth + 1)
+                other = True
+    return other
+
+
+def _walk_other(obj: Any, depth: int) -> None:
+    """Depth check of any other value: mappings, sequences, sets and tags are levels."""
+    if isinstance(obj, (str, bytes, bytearray, memoryview)):
+        return
+    if depth > MAX_DATA_DEPTH:
+        if isinstance(obj, (Mapping, list, tuple, set, frozenset, cbor2.CBORTag)):
+            raise _too_deep()
+        return
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _walk_other(k, depth + 1)
+            _walk_other(v, depth + 1)
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        for v in obj:
+            _walk_other(v, depth + 1)
+    elif isinstance(obj, cbor2.CBORTag):
+        _walk_other(obj.value, depth + 1)
+
+
+def _check(event: object) -> bool:
+    """Validate one event (see :func:`check_event`); True if its data is not plain."""
+    if type(event) is not Event and not isinstance(event, Event):
         raise InvalidEventError(f"expected an Event, got {type(event).__name__}")
     kind = event.kind
-    if not isinstance(kind, str) or not kind:
-        raise InvalidEventError("event kind must be a non-empty string")
-    if len(kind) > MAX_KIND_LEN or not KIND_RE.fullmatch(kind):
-        raise InvalidEventError(
-            f"invalid event kind {kind!r}: use dotted words of letters, digits, '_' or '-'"
-        )
+    if kind not in _KINDS_OK:
+        if not isinstance(kind, str) or not kind:
+            raise InvalidEventError("event kind must be a non-empty string")
+        if len(kind) > MAX_KIND_LEN or not KIND_RE.fullmatch(kind):
+            raise InvalidEventError(
+                f"invalid event kind {kind!r}: use dotted words of letters, digits, '_' or '-'"
+            )
+        if type(kind) is str:
+            if len(_KINDS_OK) >= 4096:
+                _KINDS_OK.clear()
+            _KINDS_OK.add(kind)
     key = event.key
     if key is not None and (not isinstance(key, str) or len(key) > MAX_KEY_LEN):
         raise InvalidEventError("event key must be a string of at most 1024 characters, or null")
-    if not isinstance(event.data, Mapping):
+    data = event.data
+    if type(data) is dict:
+        return _walk(data, 1)
+    if not isinstance(data, Mapping):
         raise InvalidEventError(
-            f"event data must be a mapping (a JSON object), got {type(event.data).__name__}"
+            f"event data must be a mapping (a JSON object), got {type(data).__name__}"
         )
+    _walk_other(data, 1)
+    return True
+
+
+def check_event(event: object) -> Event:
+    """Reject anything that is not a writable event, before a byte is written.
+
+    Checks the kind, the key, that data is a mapping and that it nests at most
+    :data:`MAX_DATA_DEPTH` levels. Whether data is CBOR-encodable (and decodes
+    back) is checked by the writer on the encoded batch (:func:`check_batch`).
+    """
+    _check(event)
+    assert isinstance(event, Event)
     return event
+
+
+def check_batch(events: Iterable[object]) -> tuple[list[list[Any]], bool]:
+    """Validate a batch; return its ``[kind, key, data]`` rows and whether a trial
+    decode is needed.
+
+    Data made only of dicts, lists, str, int, float, bool, None and bytes is
+    fully judged by the depth walk. Anything else (tuples, sets, tags, other
+    mappings, dates, ...) may encode into CBOR that cbor2 refuses to decode
+    (a tag with the wrong content, sets counting two levels), so the writer
+    decodes such a batch once before writing it.
+    """
+    rows: list[list[Any]] = []
+    other = False
+    for e in events:
+        if _check(e):
+            other = True
+        rows.append([e.kind, e.key, e.data])  # type: ignore[attr-defined]
+    return rows, other

@@ -52,10 +52,25 @@ FRAME_OVERHEAD = FRAME_HEADER_SIZE + FOOTER_SIZE
 MAX_PAYLOAD = 256 * 1024 * 1024
 GENESIS_DIGEST = bytes(32)
 _COUNTS = struct.Struct("<IIQ")
+_AT = struct.Struct(">d")
 
 
 class FrameError(Exception):
-    """A frame that does not decode; ``torn`` says whether it can be a torn write."""
+    """A frame that does not check out (structure, seq or digest): torn or corrupt.
+
+    The caller decides which (DESIGN.md rules 2 and 3); ``next_seq`` is the seq
+    the failing frame should have started at, when the raiser knows it.
+    """
+
+    def __init__(self, offset: int, reason: str, next_seq: int = 0) -> None:
+        super().__init__(f"byte {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+        self.next_seq = next_seq
+
+
+class PayloadError(Exception):
+    """A frame whose checksums hold but whose payload does not decode: always corruption."""
 
     def __init__(self, offset: int, reason: str) -> None:
         super().__init__(f"byte {offset}: {reason}")
@@ -124,6 +139,8 @@ def decode_segment_header(buf: bytes | memoryview) -> SegmentHeader:
         raise SegmentHeaderError("segment header checksum mismatch")
     if version > FORMAT_VERSION:
         raise SegmentHeaderError(f"format version {version}", version=version)
+    if version < 1:
+        raise SegmentHeaderError(f"format version {version} does not exist (versions start at 1)")
     if base_seq < 1:
         raise SegmentHeaderError("segment base_seq is 0")
     if roll_kib < 1:
@@ -156,23 +173,97 @@ def decode_payload(payload: bytes | memoryview) -> tuple[float, str | None, list
 # --- frames -------------------------------------------------------------------------
 
 
-def encode_frame(prev_digest: bytes, first_seq: int, count: int, payload: bytes) -> tuple[bytes, bytes]:
+def encode_frame(
+    prev_digest: bytes, first_seq: int, count: int, payload: bytes
+) -> tuple[bytes, bytes]:
     """Return ``(frame_bytes, digest)`` for one batch chained to ``prev_digest``."""
-    n = len(payload)
+    return encode_frame_parts(prev_digest, first_seq, count, (payload,))
+
+
+def encode_frame_parts(
+    prev_digest: bytes, first_seq: int, count: int, parts: tuple[bytes, ...]
+) -> tuple[bytes, bytes]:
+    """:func:`encode_frame` of ``b"".join(parts)``, copying the payload bytes only once."""
+    n = sum(map(len, parts))
     if n > MAX_PAYLOAD:
         raise ValueError(f"batch payload of {n} bytes exceeds the {MAX_PAYLOAD}-byte frame limit")
     counts = _COUNTS.pack(n, count, first_seq)
     h = blake3.blake3(prev_digest)
     h.update(counts[:16])
-    h.update(payload)
+    for part in parts:
+        h.update(part)
     digest = h.digest()
     body = counts + digest
-    hcrc = zlib.crc32(body)
-    return (
-        FRAME_MAGIC + hcrc.to_bytes(4, "little") + body + payload
-        + FOOTER.pack(n + FRAME_OVERHEAD, FOOTER_MAGIC),
-        digest,
-    )
+    head = FRAME_MAGIC + zlib.crc32(body).to_bytes(4, "little") + body
+    return b"".join((head, *parts, FOOTER.pack(n + FRAME_OVERHEAD, FOOTER_MAGIC))), digest
+
+
+def payload_prefix(at: float, batch_id: str | None) -> bytes:
+    """The payload's bytes before the events array: ``0x83``, ``at`` as float64, batch_id.
+
+    ``at`` is always written as a CBOR float64 (``0xfb`` + 8 bytes big-endian),
+    which is what :func:`payload_head` reads back without decoding the events.
+    """
+    bid = b"\xf6" if batch_id is None else cbor2.dumps(batch_id)
+    return b"\x83\xfb" + _AT.pack(at) + bid
+
+
+def payload_head_fast(payload: bytes | memoryview) -> tuple[float, str | None] | None:
+    """``(at, batch_id)`` read straight from the bytes writers produce, or None.
+
+    The payload of every frame this code writes starts with
+    :func:`payload_prefix`; None means "not that shape (or cut short here)".
+    """
+    if len(payload) < 11 or payload[0] != 0x83 or payload[1] != 0xFB:
+        return None
+    at: float = _AT.unpack_from(payload, 2)[0]
+    b = payload[10]
+    if b == 0xF6:
+        return at, None
+    if 0x60 <= b <= 0x77:
+        start, ln = 11, b - 0x60
+    elif b == 0x78 and len(payload) >= 12:
+        start, ln = 12, payload[11]
+    elif b == 0x79 and len(payload) >= 13:
+        start, ln = 13, int.from_bytes(payload[11:13], "big")
+    else:
+        return None
+    if start + ln > len(payload):
+        return None
+    try:
+        return at, str(payload[start : start + ln], "utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def payload_head(payload: bytes | memoryview) -> tuple[float, str | None]:
+    """``(at, batch_id)`` of a whole payload, decoding its events only when it must.
+
+    Raises ``ValueError`` (like :func:`decode_payload`) when it does not decode.
+    """
+    head = payload_head_fast(payload)
+    if head is not None:
+        return head
+    at, bid, _rows = decode_payload(payload)
+    return at, bid
+
+
+#: Enough leading payload bytes for :func:`payload_head` (batch_id <= 200 characters).
+PAYLOAD_HEAD_MAX = 1 + 9 + 3 + 4 * 200
+
+
+def parse_frame_head(buf: bytes | memoryview, off: int) -> tuple[int, int, int, bytes] | None:
+    """``(n, count, first_seq, digest)`` of a frame header alone (magic, crc, count >= 1).
+
+    For walks that read only headers (the frame index, the batch-id window);
+    None when the header is not usable. It does not see the footer or payload.
+    """
+    if len(buf) - off < FRAME_HEADER_SIZE:
+        return None
+    magic, hcrc, n, count, first_seq, digest = FRAME_HEADER.unpack_from(buf, off)
+    if magic != FRAME_MAGIC or count < 1 or zlib.crc32(buf[off + 8 : off + 56]) != hcrc:
+        return None
+    return n, count, first_seq, digest
 
 
 def read_frame_header(buf: bytes | memoryview, off: int) -> FrameInfo:
@@ -232,6 +323,18 @@ def has_valid_frame_after(buf: bytes | memoryview, off: int, min_seq: int) -> bo
         if info.first_seq >= min_seq:
             return True
         pos += 1
+
+
+def segment_header_is_torn(buf: bytes | memoryview) -> bool:
+    """Is this (the last segment's whole content) what a power cut can leave of a new segment?
+
+    True when the file is shorter than its 64-byte header, or when the header
+    is all zeros and no well-formed frame header follows anywhere: no batch can
+    be in such a file. A header that looks valid but is wrong is not torn.
+    """
+    if len(buf) < SEGMENT_HEADER_SIZE:
+        return True
+    return not any(buf[:SEGMENT_HEADER_SIZE]) and not has_valid_frame_after(buf, -1, 0)
 
 
 def last_frame_by_footer(buf: bytes | memoryview, start: int) -> FrameInfo | None:

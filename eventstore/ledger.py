@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+import zlib
+from bisect import bisect_right
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+import blake3
 import cbor2
 
 from . import _osio
@@ -23,34 +26,43 @@ from .errors import (
     StoreNotFoundError,
     WriterPoisonedError,
 )
-from .event import Event, Receipt, check_event
+from .event import Event, Receipt, check_batch
 from .frame import (
+    FOOTER,
+    FOOTER_MAGIC,
     FOOTER_SIZE,
+    FRAME_HEADER,
     FRAME_HEADER_SIZE,
+    FRAME_MAGIC,
     FRAME_OVERHEAD,
     GENESIS_DIGEST,
     SEGMENT_HEADER_SIZE,
     FrameError,
-    FrameInfo,
-    check_digest,
-    decode_payload,
-    encode_frame,
-    frame_before,
+    encode_frame_parts,
     has_valid_frame_after,
     header_roll_bytes,
     iter_frames,
-    last_frame_by_footer,
+    payload_head,
     payload_of,
+    payload_prefix,
+    segment_header_is_torn,
 )
 from .lock import WriterLock
 from .segments import (
+    FrameIndex,
     Tail,
     create_segment,
+    fast_tail,
+    header_is_torn,
     list_segments,
-    read_bytes,
+    open_segment,
+    pread_all,
+    quarantine_bytes,
+    quarantine_file,
     read_header,
+    recent_heads,
     scan_tail,
-    walk_sealed,
+    sweep_tmp,
 )
 from .verify import VerifyReport, verify_log
 
@@ -60,6 +72,19 @@ DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
 DEFAULT_LOCK_TIMEOUT = 5.0
 DEFAULT_BATCH_WINDOW = 10_000
 DEFAULT_SYNC_INTERVAL = 0.2
+
+#: How many segments' frame indexes one handle keeps (least recently used dropped).
+INDEX_CACHE = 64
+#: A later segment of a bounded read is read through its index only above this size.
+INDEX_MIN_BYTES = 1024 * 1024
+
+# what Ledger._scan yields
+_BATCHES, _EVENTS, _DIGESTS = 0, 1, 2
+
+_new = object.__new__
+_set_kind, _set_key, _set_data, _set_seq, _set_at = (
+    Event.__dict__[name].__set__ for name in ("kind", "key", "data", "seq", "at")
+)
 
 
 class Ledger:
@@ -97,18 +122,32 @@ class Ledger:
         self._active_base = 0
         self._active_path: Path | None = None
         self._roll_at = segment_bytes
-        self._fd = -1
+        self._fd = -1  # on the active segment: O_RDWR for writers, O_RDONLY read-only
         self._end = 0
         self._head = 0
         self._digest = GENESIS_DIGEST
         self._last_at = 0.0
         self._torn: tuple[int, str] | None = None
+        # a last segment with a torn header (power cut while it was created): ignored,
+        # and moved to quarantine/ by this handle's next append
+        self._torn_seg: Path | None = None
         # False while the active segment was only fast-scanned (footer of the last
         # frame); a writer walks it fully before its first write (see _check_active)
         self._active_checked = True
+        # True when the frame ending at _end cannot vanish any more: this handle wrote
+        # it, or saw it while holding the writer lock (see _refresh)
+        self._end_stable = True
+        self._swept = False
         self._unsynced = False
+        self._left_unsynced: list[Path] = []  # segments left with unsynced frames (sync="none")
         self._last_sync = time.monotonic()
-        self._batches: OrderedDict[str, Receipt] | None = None
+        # the batch_id window: id -> (frame number, receipt), and the id frames in order
+        self._batches: dict[str, tuple[int, Receipt]] | None = None
+        self._batch_frames: deque[tuple[int, str]] = deque()
+        self._nframes = 0
+        # per-segment frame indexes for reads by seq (see segments.FrameIndex)
+        self._indexes: OrderedDict[Path, FrameIndex] = OrderedDict()
+        self._index_lock = threading.Lock()
 
     # --- opening ------------------------------------------------------------------
 
@@ -157,33 +196,83 @@ class Ledger:
     def _load(self) -> None:
         try:
             segs = list_segments(self.log_dir)
-            for _base, path in segs:
+            for _base, path in segs[:-1]:
                 read_header(path)
-            if segs:
-                base, path = segs[-1]
-                data = read_bytes(path)
-                hdr = read_header(path, data)
-                self._set_active(base, path, hdr.roll_bytes)
-                self._adopt(scan_tail(path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, base, fast=True), data)
-                self._active_checked = False
-        except (CorruptLogError, LedgerError) as e:
+            if segs and not self._load_active(*segs[-1], may_be_torn=True):
+                self._torn_seg = segs[-1][1]  # a torn new segment: the one before is the last
+                if len(segs) > 1:
+                    self._load_active(*segs[-2], may_be_torn=False)
+        except LedgerError as e:
             if isinstance(e, LedgerIOError):
                 raise
             self._fault = e
 
+    def _load_active(self, base: int, path: Path, *, may_be_torn: bool) -> bool:
+        """Take the last segment as the active one (False: its header is torn)."""
+        fd = open_segment(path)
+        try:
+            try:
+                size = os.fstat(fd).st_size
+                head = pread_all(fd, SEGMENT_HEADER_SIZE, 0)
+            except OSError as e:
+                raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+            if may_be_torn and header_is_torn(path, fd, size, head):
+                return False
+            hdr = read_header(path, head)
+            self._set_active(base, path, hdr.roll_bytes)
+            tail = fast_tail(path, fd, size, hdr.prev_digest, base)
+            if tail is None:  # unclear ending: walk the whole segment
+                try:
+                    data = pread_all(fd, size, 0)
+                except OSError as e:
+                    raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+                tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, base, fast=False)
+            else:
+                self._active_checked = False
+            self._adopt(tail)
+            self._end_stable = False
+            return True
+        finally:
+            os.close(fd)
+
     def _set_active(self, base: int, path: Path, roll_bytes: int) -> None:
         if self._fd >= 0:
+            self._sync_before_leaving()
             os.close(self._fd)
             self._fd = -1
         self._active_base, self._active_path, self._roll_at = base, path, roll_bytes
         self._end, self._torn = SEGMENT_HEADER_SIZE, None
         self._active_checked = True  # new, or about to be walked in full by the caller
 
-    def _adopt(self, tail: Tail, data: bytes, data_offset: int = 0) -> None:
-        """Take ``tail`` (found in ``data``, which starts at ``data_offset``) as our state."""
-        if tail.last is not None:
-            at, _bid, _rows = decode_payload(payload_of(data, tail.last))
-            self._last_at = max(self._last_at, float(at))
+    def _sync_before_leaving(self) -> None:
+        """This handle leaves the active segment: sync frames it left unsynced there.
+
+        ``sync="batch"`` syncs now (a roll must not strand acknowledged frames in
+        a segment nobody will sync again); ``sync="none"`` remembers the segment
+        for :meth:`flush`.
+        """
+        if not self._unsynced or self._fd < 0 or self._poisoned:
+            return
+        if self.sync == "none":
+            if self._active_path is not None:
+                self._left_unsynced.append(self._active_path)
+            self._unsynced = False
+            return
+        try:
+            _osio.fdatasync(self._fd)
+        except OSError as e:
+            self._poisoned = "an fsync failed; reopen the log before appending again"
+            raise LedgerIOError(
+                f"sync of {self._active_path} before leaving it failed ({e.strerror or e}); "
+                "this handle refuses further appends until the log is reopened"
+            ) from e
+        self._unsynced = False
+        self._last_sync = time.monotonic()
+
+    def _adopt(self, tail: Tail, data_offset: int = 0) -> None:
+        """Take ``tail`` (found in data starting at ``data_offset``) as our state."""
+        if tail.at is not None and tail.at > self._last_at:
+            self._last_at = tail.at
         self._end, self._head, self._digest = tail.end + data_offset, tail.head, tail.digest
         self._torn = None if tail.torn is None else (tail.torn[0] + data_offset, tail.torn[1])
 
@@ -215,58 +304,75 @@ class Ledger:
         """Catch up with frames other processes appended (never modifies files)."""
         if self._active_path is None:
             segs = list_segments(self.log_dir)
-            if not segs:
+            if not segs or not self._switch_to(segs[0], GENESIS_DIGEST, 1, len(segs) == 1):
                 return
-            self._switch_to(segs[0], GENESIS_DIGEST, 1)
         assert self._active_path is not None
+        fd = self._active_fd()
         try:
-            size = os.stat(self._active_path).st_size
+            size = os.fstat(fd).st_size
         except OSError as e:
             raise LedgerIOError(f"cannot stat {self._active_path}: {e.strerror}") from e
-        if size < self._end or not self._last_frame_still_there():
+        if size < self._end or not (self._end_stable or self._last_frame_still_there(fd)):
             # A frame we saw was cut again: its writer's fsync failed and it truncated
             # (see _after_failed_sync). Forget it and walk the segment afresh, or we
             # would chain to a frame that is gone, or cut the frames written since.
             self._rescan_active()
         elif size > self._end:
-            data = read_bytes(self._active_path, self._end)
             try:
-                tail = scan_tail(self._active_path, data, 0, self._digest, self._head + 1, fast=False)
+                data = pread_all(fd, size - self._end, self._end)
+            except OSError as e:
+                raise LedgerIOError(f"cannot read {self._active_path}: {e.strerror}") from e
+            try:
+                tail = scan_tail(
+                    self._active_path, data, 0, self._digest, self._head + 1, fast=False
+                )
+                self._note_batches(data, tail)
             except CorruptLogError as e:
                 self._fault = CorruptLogError(e.segment, e.offset + self._end, e.reason)
                 raise self._fault from None
-            self._note_batches(data, tail, 0)
-            self._adopt(tail, data, self._end)
+            self._adopt(tail, self._end)
+            self._end_stable = False
         else:
             self._torn = None  # size == _end: another writer already cut the torn tail we saw
         if self._end >= self._roll_at and self._torn is None:
-            for base, path in list_segments(self.log_dir):
-                if base > self._active_base:
-                    if base != self._head + 1:
-                        self._fault = CorruptLogError(path, 0, f"segment starts at seq {base}, expected {self._head + 1}")
-                        raise self._fault
-                    self._switch_to((base, path), self._digest, base)
+            segs = list_segments(self.log_dir)
+            for k, (base, path) in enumerate(segs):
+                if base <= self._active_base:
+                    continue
+                last = k == len(segs) - 1
+                if base != self._head + 1 and not (last and self._torn_segment(path)):
+                    self._fault = CorruptLogError(
+                        path, 0, f"segment starts at seq {base}, expected {self._head + 1}"
+                    )
+                    raise self._fault
+                if not self._switch_to((base, path), self._digest, base, last):
+                    break
 
-    def _last_frame_still_there(self) -> bool:
+    def _last_frame_still_there(self, fd: int) -> bool:
         """Does the frame we believe ends at ``_end`` still end there, with our digest?"""
-        assert self._active_path is not None
         if self._end <= SEGMENT_HEADER_SIZE:
             return True  # no frame of this segment adopted yet
         try:
-            with open(self._active_path, "rb") as f:
-                f.seek(self._end - FOOTER_SIZE)
-                flen = int.from_bytes(f.read(4), "little")
-                if not FRAME_OVERHEAD <= flen <= self._end - SEGMENT_HEADER_SIZE:
-                    return False
-                f.seek(self._end - flen + FRAME_HEADER_SIZE - 32)
-                return f.read(32) == self._digest
+            foot = pread_all(fd, FOOTER_SIZE, self._end - FOOTER_SIZE)
+            flen = int.from_bytes(foot[:4], "little")
+            if not FRAME_OVERHEAD <= flen <= self._end - SEGMENT_HEADER_SIZE:
+                return False
+            return pread_all(fd, 32, self._end - flen + FRAME_HEADER_SIZE - 32) == self._digest
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {self._active_path}: {e.strerror}") from e
+
+    def _read_active(self) -> bytes:
+        assert self._active_path is not None
+        fd = self._active_fd()
+        try:
+            return pread_all(fd, os.fstat(fd).st_size, 0)
         except OSError as e:
             raise LedgerIOError(f"cannot read {self._active_path}: {e.strerror}") from e
 
     def _rescan_active(self) -> None:
         assert self._active_path is not None
         path = self._active_path
-        data = read_bytes(path)
+        data = self._read_active()
         try:
             hdr = read_header(path, data)
             tail = scan_tail(
@@ -276,12 +382,25 @@ class Ledger:
             self._fault = e
             raise
         self._batches = None  # it may hold the vanished batch's id: rebuild on demand
-        self._adopt(tail, data)
+        self._adopt(tail)
         self._active_checked = True
+        self._end_stable = False
 
-    def _switch_to(self, seg: tuple[int, Path], prev_digest: bytes, next_seq: int) -> None:
+    def _switch_to(
+        self, seg: tuple[int, Path], prev_digest: bytes, next_seq: int, last: bool
+    ) -> bool:
+        """Move on to a newer segment (False: it is the last one and its header is torn)."""
         base, path = seg
-        data = read_bytes(path)
+        fd = open_segment(path)
+        try:
+            data = pread_all(fd, os.fstat(fd).st_size, 0)
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+        finally:
+            os.close(fd)
+        if last and segment_header_is_torn(data):
+            self._torn_seg = path
+            return False
         try:
             hdr = read_header(path, data)
             if hdr.prev_digest != prev_digest:
@@ -289,11 +408,15 @@ class Ledger:
             self._set_active(base, path, hdr.roll_bytes)
             self._head, self._digest = base - 1, prev_digest
             tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, prev_digest, next_seq, fast=False)
+            self._note_batches(data, tail, SEGMENT_HEADER_SIZE)
         except CorruptLogError as e:
             self._fault = e
             raise
-        self._note_batches(data, tail, SEGMENT_HEADER_SIZE)
-        self._adopt(tail, data)
+        if self._torn_seg == path:
+            self._torn_seg = None
+        self._adopt(tail)
+        self._end_stable = False
+        return True
 
     # --- appending ----------------------------------------------------------------
 
@@ -310,21 +433,28 @@ class Ledger:
         ``batch_id`` makes a retry idempotent within the last ``batch_window``
         batches: a committed id writes nothing and returns the original receipt.
         """
-        batch = [check_event(e) for e in events]
-        if not batch:
+        rows, needs_trial_decode = check_batch(events)
+        if not rows:
             raise InvalidEventError("a batch needs at least one event")
-        if batch_id is not None and (not isinstance(batch_id, str) or not batch_id or len(batch_id) > 200):
+        if batch_id is not None and (
+            not isinstance(batch_id, str) or not batch_id or len(batch_id) > 200
+        ):
             raise InvalidEventError("batch_id must be a non-empty string of at most 200 characters")
         try:
-            rows = cbor2.dumps([[e.kind, e.key, e.data] for e in batch])
+            encoded = cbor2.dumps(rows)
         except Exception as e:
             raise InvalidEventError(f"event data cannot be encoded as CBOR: {e}") from None
+        if needs_trial_decode:
+            try:
+                cbor2.loads(encoded)
+            except Exception as e:
+                raise InvalidEventError(f"event data would not decode from CBOR: {e}") from None
         with self._mutex:
             self._check_writable()
             lock = self._writer_lock()
             lock.acquire()
             try:
-                return self._append_locked(rows, len(batch), expected_head, batch_id)
+                return self._append_locked(encoded, len(rows), expected_head, batch_id)
             finally:
                 lock.release()
 
@@ -345,10 +475,17 @@ class Ledger:
     ) -> Receipt:
         self._refresh()
         self._check_active()
+        self._end_stable = True  # under the lock nobody can cut what we see now
+        if not self._swept:
+            sweep_tmp(self.log_dir)
+            self._swept = True
+        if self._torn_seg is not None:
+            self._set_aside_torn_segment()
         if batch_id is not None:
             seen = self._batch_index().get(batch_id)
             if seen is not None:
-                return Receipt(seen.first_seq, seen.last_seq, seen.at, batch_id, duplicate=True)
+                r = seen[1]
+                return Receipt(r.first_seq, r.last_seq, r.at, batch_id, duplicate=True)
         if expected_head is not None and expected_head != self._head:
             raise HeadMismatchError(expected_head, self._head)
         if self._active_path is None or self._end >= self._roll_at:
@@ -357,10 +494,11 @@ class Ledger:
         if self._torn is not None:
             self._repair_tail(fd)
         at = max(time.time(), self._last_at)
-        payload = b"\x83" + cbor2.dumps(at) + cbor2.dumps(batch_id) + rows
         first = self._head + 1
         try:
-            frame, digest = encode_frame(self._digest, first, count, payload)
+            frame, digest = encode_frame_parts(
+                self._digest, first, count, (payload_prefix(at, batch_id), rows)
+            )
         except ValueError as e:
             raise InvalidEventError(str(e)) from None
         start = self._end
@@ -368,7 +506,9 @@ class Ledger:
             _osio.write_all(fd, frame, start)
         except OSError as e:
             self._undo_write(fd, start)
-            raise LedgerIOError(f"append failed writing {self._active_path}: {e.strerror or e}") from e
+            raise LedgerIOError(
+                f"append failed writing {self._active_path}: {e.strerror or e}"
+            ) from e
         self._unsynced = True
         if self.sync == "always" or (
             self.sync == "batch" and time.monotonic() - self._last_sync >= self.sync_interval
@@ -378,16 +518,16 @@ class Ledger:
             except OSError as e:
                 self._after_failed_sync(fd, start)
                 raise LedgerIOError(
-                    f"append not durable: fsync of {self._active_path} failed ({e.strerror or e}); "
-                    "this handle refuses further appends until the log is reopened"
+                    f"append not durable: fsync of {self._active_path} failed "
+                    f"({e.strerror or e}); this handle refuses further appends until the "
+                    "log is reopened"
                 ) from e
             self._unsynced = False
             self._last_sync = time.monotonic()
-        self._end, self._head, self._digest, self._last_at = start + len(frame), first + count - 1, digest, at
-        receipt = Receipt(first, first + count - 1, at, batch_id)
-        if batch_id is not None:
-            self._remember(batch_id, receipt)
-        return receipt
+        last = first + count - 1
+        self._end, self._head, self._digest, self._last_at = start + len(frame), last, digest, at
+        self._note_frame(first, last, at, batch_id)
+        return Receipt(first, last, at, batch_id)
 
     def _check_active(self) -> None:
         """Walk the active segment in full before this handle first writes to it.
@@ -399,6 +539,39 @@ class Ledger:
         if self._active_checked or self._active_path is None:
             return
         self._rescan_active()
+
+    def _set_aside_torn_segment(self) -> None:
+        """Move a last segment whose header is torn (it holds no frame) into quarantine/."""
+        path = self._torn_seg
+        assert path is not None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # another writer moved it already
+            self._torn_seg = None
+            return
+        except OSError as e:
+            raise LedgerIOError(f"cannot open {path}: {e.strerror}") from e
+        try:
+            try:
+                size = os.fstat(fd).st_size
+                head = pread_all(fd, SEGMENT_HEADER_SIZE, 0)
+            except OSError as e:
+                raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+            torn = header_is_torn(path, fd, size, head)
+        finally:
+            os.close(fd)
+        if not torn:  # another writer replaced it with a real segment: catch up with it
+            self._torn_seg = None
+            self._refresh()
+            return
+        try:
+            quarantine_file(self.log_dir, path, "header.torn")
+        except OSError as e:
+            raise LedgerIOError(
+                f"cannot move the torn segment {path.name} to quarantine/: {e.strerror or e}"
+            ) from e
+        self._torn_seg = None
+        self._drop_index(path)
 
     def _undo_write(self, fd: int, start: int) -> None:
         """A write failed part-way: cut the partial frame so the tail stays clean."""
@@ -421,7 +594,9 @@ class Ledger:
         if self._fd < 0:
             assert self._active_path is not None
             try:
-                self._fd = os.open(self._active_path, os.O_RDWR)
+                self._fd = os.open(
+                    self._active_path, os.O_RDONLY if self.readonly else os.O_RDWR
+                )
             except OSError as e:
                 raise LedgerIOError(f"cannot open {self._active_path}: {e.strerror}") from e
         return self._fd
@@ -429,142 +604,110 @@ class Ledger:
     def _roll(self) -> None:
         if self._torn is not None:  # a torn tail in a full segment: cut it before sealing
             self._repair_tail(self._active_fd())
+        self._sync_before_leaving()  # sync="batch": seal only synced frames
         base = self._head + 1
-        path = create_segment(self.log_dir, base, self._digest, self.segment_bytes, self.sync != "none")
+        path = create_segment(
+            self.log_dir, base, self._digest, self.segment_bytes, self.sync != "none"
+        )
         # seal where the header says, as every other handle will (whole KiB)
         self._set_active(base, path, header_roll_bytes(self.segment_bytes))
+        self._end_stable = True
 
     def _repair_tail(self, fd: int) -> None:
-        """Move a torn tail aside (never deleted), then truncate to the valid prefix."""
+        """Move a torn tail aside (never deleted), then truncate to the valid prefix.
+
+        The copy in quarantine/ (a new file, never one that exists) and its
+        directory are synced before the segment is cut, in every sync mode.
+        """
         assert self._torn is not None and self._active_path is not None
-        offset, reason = self._torn
         try:
-            junk = read_bytes(self._active_path, self._end)
-            if junk.strip(b"\0"):
-                qdir = self.log_dir / "quarantine"
-                qdir.mkdir(exist_ok=True)
-                (qdir / f"{self._active_path.name}.{self._end}.torn").write_bytes(junk)
+            size = os.fstat(fd).st_size
+            junk = pread_all(fd, size - self._end, self._end)
+            if junk.count(0) != len(junk):
+                quarantine_bytes(self.log_dir, f"{self._active_path.name}.{self._end}", junk)
             _osio.ftruncate(fd, self._end)
             if self.sync != "none":
                 _osio.fsync(fd)
         except OSError as e:
-            raise LedgerIOError(f"cannot repair torn tail of {self._active_path}: {e.strerror}") from e
+            raise LedgerIOError(
+                f"cannot repair torn tail of {self._active_path}: {e.strerror or e}"
+            ) from e
         self._torn = None
 
     # --- idempotent retries -----------------------------------------------------------
 
-    def _batch_index(self) -> OrderedDict[str, Receipt]:
+    def _batch_index(self) -> dict[str, tuple[int, Receipt]]:
+        """Ids of the last ``batch_window`` frames (built lazily, then kept up to date)."""
         if self._batches is None:
-            found: list[tuple[str, Receipt]] = []
-            for info, at, batch_id in self._recent_frames(self.batch_window):
-                if batch_id is not None:
-                    found.append((batch_id, Receipt(info.first_seq, info.last_seq, at, batch_id)))
-            self._batches = OrderedDict()
-            for bid, r in reversed(found):
-                self._remember(bid, r)
+            found = list(self._recent_frames(self.batch_window))
+            self._batches, self._batch_frames = {}, deque()
+            self._nframes = -len(found)
+            for first, count, at, bid in reversed(found):
+                self._note_frame(first, first + count - 1, at, bid)
         return self._batches
 
-    def _remember(self, batch_id: str, receipt: Receipt) -> None:
-        if self._batches is None:
+    def _note_frame(self, first: int, last: int, at: float, batch_id: str | None) -> None:
+        """One more frame at the head of the log: it enters the window, the oldest leaves."""
+        batches = self._batches
+        if batches is None:
             return
-        self._batches[batch_id] = receipt
-        self._batches.move_to_end(batch_id)
-        while len(self._batches) > self.batch_window:
-            self._batches.popitem(last=False)
+        self._nframes += 1
+        if batch_id is not None:
+            batches[batch_id] = (self._nframes, Receipt(first, last, at, batch_id))
+            self._batch_frames.append((self._nframes, batch_id))
+        oldest = self._nframes - self.batch_window
+        frames = self._batch_frames
+        while frames and frames[0][0] <= oldest:
+            n, bid = frames.popleft()
+            if batches.get(bid, (0,))[0] == n:
+                del batches[bid]
 
-    def _note_batches(self, data: bytes, tail: Tail, start: int) -> None:
+    def _note_batches(self, data: bytes, tail: Tail, start: int = 0) -> None:
         """Frames another writer added (found from ``start`` in ``data``): note their ids."""
         if self._batches is None or tail.last is None:
             return
+        assert self._active_path is not None
         for info in iter_frames(data[: tail.end], start, b"", self._head + 1, check=False):
-            at, bid, _ = decode_payload(payload_of(data, info))
-            if bid is not None:
-                self._remember(bid, Receipt(info.first_seq, info.last_seq, float(at), bid))
+            try:
+                at, bid = payload_head(payload_of(data, info))
+            except ValueError as e:
+                raise CorruptLogError(self._active_path, info.offset, str(e)) from None
+            self._note_frame(info.first_seq, info.last_seq, float(at), bid)
 
-    def _recent_frames(self, limit: int) -> Iterator[tuple[FrameInfo, float, str | None]]:
-        """Newest frames first, walking footers backwards across segments."""
+    def _recent_frames(self, limit: int) -> Iterator[tuple[int, int, float, str | None]]:
+        """``(first_seq, count, at, batch_id)`` of the newest frames, newest first."""
         n = 0
         segs = [s for s in list_segments(self.log_dir) if s[0] <= self._active_base]
         for _base, path in reversed(segs):
-            data = read_bytes(path)
-            end = self._end if path == self._active_path else len(data)
-            info = last_frame_by_footer(data[:end], SEGMENT_HEADER_SIZE)
-            while info is not None and n < limit:
-                at, bid, _ = decode_payload(payload_of(data, info))
-                yield info, float(at), bid
-                n += 1
-                info = frame_before(data, info, SEGMENT_HEADER_SIZE)
             if n >= limit:
                 return
+            fd = open_segment(path)
+            try:
+                end = self._end if path == self._active_path else os.fstat(fd).st_size
+                for head in recent_heads(path, fd, SEGMENT_HEADER_SIZE, end):
+                    yield head
+                    n += 1
+                    if n >= limit:
+                        return
+            except OSError as e:
+                raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+            finally:
+                os.close(fd)
 
     # --- reading --------------------------------------------------------------------
 
     def read(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Event]:
         """Events with ``from_seq <= seq <= to_seq``, checked against the chain."""
-        for at, first, rows in self.read_batches(from_seq, to_seq):
-            for i, row in enumerate(rows):
-                seq = first + i
-                if seq < from_seq:
-                    continue
-                if to_seq is not None and seq > to_seq:
-                    return
-                yield Event(row[0], row[1], row[2], seq=seq, at=at)
+        return cast(Iterator[Event], self._scan(max(1, from_seq), to_seq, _EVENTS))
 
     def read_batches(
         self, from_seq: int = 1, to_seq: int | None = None
     ) -> Iterator[tuple[float, int, list[list[Any]]]]:
         """Whole batches ``(at, first_seq, rows)`` overlapping the range, in order."""
-        with self._mutex:
-            self._check_open()
-        try:
-            for data, info, _path in self._frames(max(1, from_seq), to_seq):
-                try:
-                    at, _bid, rows = decode_payload(payload_of(data, info))
-                except ValueError as e:
-                    raise CorruptLogError(_path, info.offset, str(e)) from None
-                if len(rows) != info.count:
-                    raise CorruptLogError(_path, info.offset, "event count does not match header")
-                yield float(at), info.first_seq, rows
-        except CorruptLogError as e:
-            # media corruption seen by a read closes this handle for appends too: a
-            # writer that made the segment never re-walks it and would append behind it
-            with self._mutex:
-                if self._fault is None:
-                    self._fault = e
-            raise
-
-    def _frames(self, from_seq: int, to_seq: int | None) -> Iterator[tuple[bytes, FrameInfo, Path]]:
-        segs = list_segments(self.log_dir)
-        start = 0
-        for i, (base, _p) in enumerate(segs):
-            if base <= from_seq:
-                start = i
-        prev_digest: bytes | None = None
-        next_seq: int | None = None
-        for i in range(start, len(segs)):
-            base, path = segs[i]
-            data = read_bytes(path)
-            hdr = read_header(path, data)
-            if next_seq is not None and (base != next_seq or hdr.prev_digest != prev_digest):
-                raise CorruptLogError(path, 0, "segment does not continue the one before it")
-            if next_seq is None and i == 0 and base != 1:
-                raise CorruptLogError(path, 0, f"segments before seq {base} are missing")
-            last = i == len(segs) - 1
-            digest, seq = hdr.prev_digest, hdr.base_seq
-            off = SEGMENT_HEADER_SIZE
-            try:
-                for info in iter_frames(data, off, digest, seq, check=False):
-                    if info.last_seq >= from_seq:
-                        check_digest(data, info, digest)
-                        if to_seq is not None and info.first_seq > to_seq:
-                            return
-                        yield data, info, path
-                    digest, seq, off = info.digest, info.last_seq + 1, info.end
-            except FrameError as e:
-                if not last or has_valid_frame_after(data, e.offset, seq):
-                    raise CorruptLogError(path, e.offset, e.reason) from None
-                return  # torn tail of the last segment: the valid prefix ends here
-            prev_digest, next_seq = digest, seq
+        return cast(
+            Iterator[tuple[float, int, list[list[Any]]]],
+            self._scan(max(1, from_seq), to_seq, _BATCHES),
+        )
 
     def digest_at(self, seq: int) -> bytes | None:
         """The chain digest after the batch ending exactly at ``seq`` (None otherwise)."""
@@ -573,13 +716,276 @@ class Ledger:
             self._refresh()
             if seq == self._head:
                 return self._digest
+            head = self._head
         if seq == 0:
             return GENESIS_DIGEST
-        if seq < 0 or seq > self._head:
+        if seq < 0 or seq > head:
             return None
-        for _data, info, _path in self._frames(seq, seq):
-            return info.digest if info.last_seq == seq else None
+        for _first, last, digest in self._scan(seq, seq, _DIGESTS):
+            return cast(bytes, digest) if last == seq else None
         return None
+
+    def _scan(self, from_seq: int, to_seq: int | None, mode: int) -> Iterator[Any]:
+        """The one read loop: frames overlapping ``[from_seq, to_seq]``, fully checked.
+
+        Yields ``(at, first_seq, rows)`` per batch (``_BATCHES``), one ``Event``
+        per seq (``_EVENTS``) or ``(first_seq, last_seq, digest)`` per frame
+        (``_DIGESTS``). Every frame it passes is checked structurally (header
+        crc, bounds, footer, count, seq continuity); every frame it yields from
+        also has its chain digest checked. The first segment is read through its
+        frame index when the read starts inside it or is bounded.
+        """
+        with self._mutex:
+            self._check_open()
+        if to_seq is not None and to_seq < from_seq:
+            return
+        unpack, funpack, crc, b3, loads = (
+            FRAME_HEADER.unpack_from, FOOTER.unpack_from, zlib.crc32, blake3.blake3, cbor2.loads
+        )
+        new, set_kind, set_key, set_data, set_seq, set_at = (
+            _new, _set_kind, _set_key, _set_data, _set_seq, _set_at
+        )
+        bounded = to_seq is not None
+        stop_seq = to_seq if to_seq is not None else 0
+        need = from_seq  # the next seq the caller still wants
+        try:
+            segs = list_segments(self.log_dir)
+            if not segs:
+                return
+            i = max(bisect_right([b for b, _p in segs], from_seq) - 1, 0)
+            if i == 0 and segs[0][0] != 1:
+                raise CorruptLogError(
+                    segs[0][1], 0, f"segments before seq {segs[0][0]} are missing"
+                )
+            chain: tuple[int, bytes] | None = None  # (seq, digest) the next segment continues
+            n_segs = len(segs)
+            for j in range(i, n_segs):
+                base, path = segs[j]
+                if bounded and base > stop_seq:
+                    return
+                use_index = j == i or bounded
+                while True:
+                    span = self._span(path, base, j == n_segs - 1, need, to_seq, use_index, j > i)
+                    if span is None:
+                        return  # the last segment's header is torn: it holds nothing
+                    data, off, data_off, seq, digest, hdr_base, hdr_prev, indexed_end = span
+                    if chain is not None and (hdr_base != chain[0] or hdr_prev != chain[1]):
+                        raise CorruptLogError(
+                            path, 0, "segment does not continue the one before it"
+                        )
+                    mv = memoryview(data)
+                    size = len(data)
+                    try:
+                        while off < size:
+                            if size - off < FRAME_HEADER_SIZE:
+                                raise FrameError(
+                                    off + data_off,
+                                    f"incomplete frame header ({size - off} bytes)",
+                                    seq,
+                                )
+                            magic, hcrc, n, count, first, fdigest = unpack(data, off)
+                            if magic != FRAME_MAGIC or crc(mv[off + 8 : off + 56]) != hcrc:
+                                raise FrameError(off + data_off, "bad frame header", seq)
+                            end = off + n + FRAME_OVERHEAD
+                            if end > size:
+                                raise FrameError(
+                                    off + data_off,
+                                    f"frame extends {end - size} bytes past the end of the segment",
+                                    seq,
+                                )
+                            flen, fmagic = funpack(data, end - FOOTER_SIZE)
+                            if fmagic != FOOTER_MAGIC or flen != n + FRAME_OVERHEAD:
+                                raise FrameError(off + data_off, "bad frame footer", seq)
+                            if count < 1:
+                                raise FrameError(off + data_off, "frame holds no events", seq)
+                            if first != seq:
+                                raise FrameError(
+                                    off + data_off,
+                                    f"frame starts at seq {first}, expected {seq}",
+                                    seq,
+                                )
+                            nxt = first + count
+                            if nxt <= need:  # before the range: structure and seqs only
+                                digest, seq, off = fdigest, nxt, end
+                                continue
+                            if bounded and first > stop_seq:
+                                return
+                            p0, p1 = off + FRAME_HEADER_SIZE, end - FOOTER_SIZE
+                            h = b3(digest)
+                            h.update(mv[off + 8 : off + 24])
+                            h.update(mv[p0:p1])
+                            if h.digest() != fdigest:
+                                raise FrameError(
+                                    off + data_off, "checksum mismatch (payload or chain)", seq
+                                )
+                            digest, seq, need = fdigest, nxt, nxt
+                            if mode == _DIGESTS:
+                                off = end
+                                yield first, nxt - 1, fdigest
+                                continue
+                            try:
+                                # small payloads decode faster from bytes than a view
+                                obj = loads(data[p0:p1] if n < 65536 else mv[p0:p1])
+                                rows = obj[2]
+                                at = obj[0]
+                                if type(at) is not float:
+                                    at = float(at)
+                                if len(obj) != 3 or type(rows) is not list:
+                                    raise ValueError("payload is not [at, batch_id, events]")
+                            except Exception as e:
+                                raise CorruptLogError(
+                                    path, off + data_off, f"payload does not decode: {e}"
+                                ) from None
+                            if len(rows) != count:
+                                raise CorruptLogError(
+                                    path, off + data_off, "event count does not match the header"
+                                )
+                            frame_off, off = off + data_off, end
+                            if mode == _BATCHES:
+                                yield at, first, rows
+                                continue
+                            lo = from_seq - first if from_seq > first else 0
+                            if bounded and stop_seq < nxt - 1:
+                                rows = rows[lo : stop_seq - first + 1]
+                            elif lo:
+                                rows = rows[lo:]
+                            s = first + lo
+                            try:
+                                for kind, key, d in rows:
+                                    ev = new(Event)
+                                    set_kind(ev, kind)
+                                    set_key(ev, key)
+                                    set_data(ev, d)
+                                    set_seq(ev, s)
+                                    set_at(ev, at)
+                                    yield ev
+                                    s += 1
+                            except (TypeError, ValueError):
+                                raise CorruptLogError(
+                                    path, frame_off, "event is not [kind, key, data]"
+                                ) from None
+                    except FrameError as e:
+                        if e.offset < indexed_end:
+                            # the index said a valid frame is here: stale (a frame it saw was
+                            # cut and rewritten) or real damage; the whole segment decides
+                            self._drop_index(path)
+                            use_index = False
+                            continue
+                        if j < n_segs - 1 and not (
+                            j == n_segs - 2 and self._torn_segment(segs[-1][1])
+                        ):  # bad bytes in a segment that is not the last
+                            raise CorruptLogError(path, e.offset, e.reason) from None
+                        if has_valid_frame_after(data, e.offset - data_off, e.next_seq):
+                            raise CorruptLogError(path, e.offset, e.reason) from None
+                        return  # torn tail of the last segment: the valid prefix ends here
+                    break
+                chain = (seq, digest)
+        except CorruptLogError as e:
+            # media corruption seen by a read closes this handle for appends too: a
+            # writer that made the segment never re-walks it and would append behind it
+            with self._mutex:
+                if self._fault is None:
+                    self._fault = e
+            raise
+
+    def _span(
+        self,
+        path: Path,
+        base: int,
+        last: bool,
+        need: int,
+        to_seq: int | None,
+        use_index: bool,
+        later: bool,
+    ) -> tuple[bytes, int, int, int, bytes, int, bytes, int] | None:
+        """The bytes of ``path`` a read needs, and where the walk starts in them.
+
+        Returns ``(data, start, data_offset, seq, digest, base_seq, prev_digest,
+        indexed_end)``: ``data`` holds the file from byte ``data_offset``; the
+        walk starts at ``data[start]`` with the frame of ``seq`` chained to
+        ``digest``; ``base_seq``/``prev_digest`` are the header's; frames before
+        ``indexed_end`` were promised by the index. None: a torn last segment.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if last:  # a torn segment another writer just moved to quarantine/
+                return None
+            raise LedgerIOError(f"cannot open {path}: segment vanished") from None
+        except OSError as e:
+            raise LedgerIOError(f"cannot open {path}: {e.strerror}") from e
+        try:
+            st = os.fstat(fd)
+            size = st.st_size
+            if use_index and (need > base or to_seq is not None) and (
+                not later or size > INDEX_MIN_BYTES
+            ):
+                found = self._indexed_span(path, fd, st, last, need, to_seq)
+                return found if found else None
+            data = pread_all(fd, size, 0)
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+        finally:
+            os.close(fd)
+        if last and segment_header_is_torn(data):
+            return None
+        hdr = read_header(path, data)
+        return (
+            data, SEGMENT_HEADER_SIZE, 0, hdr.base_seq, hdr.prev_digest, hdr.base_seq,
+            hdr.prev_digest, 0,
+        )
+
+    def _indexed_span(
+        self, path: Path, fd: int, st: os.stat_result, last: bool, need: int, to_seq: int | None
+    ) -> Any:
+        """:meth:`_span` through the segment's frame index (built or extended here).
+
+        Returns the span, ``()`` for a torn last segment. Raises ``OSError``.
+        """
+        size = st.st_size
+        with self._index_lock:
+            idx = self._indexes.get(path)
+            if idx is not None and (idx.ino != st.st_ino or size < idx.end):
+                idx = None  # another file now, or it shrank: walk it afresh
+            if idx is None:
+                head = pread_all(fd, SEGMENT_HEADER_SIZE, 0)
+                if last and header_is_torn(path, fd, size, head):
+                    return ()
+                idx = FrameIndex(st.st_ino, read_header(path, head))
+                self._indexes[path] = idx
+                while len(self._indexes) > INDEX_CACHE:
+                    self._indexes.popitem(last=False)
+            else:
+                self._indexes.move_to_end(path)
+            if size > idx.end and need >= idx.next_seq:
+                idx.extend(fd, size)
+            seq, off, digest = idx.locate(need)
+            stop = idx.bound(to_seq) if to_seq is not None else None
+            indexed_end, hdr_base, hdr_prev = idx.end, idx.base, idx.prev_digest
+        if stop is None or stop > size:
+            stop = size
+        data = pread_all(fd, stop - off, off)
+        return data, 0, off, seq, digest, hdr_base, hdr_prev, indexed_end
+
+    def _drop_index(self, path: Path) -> None:
+        with self._index_lock:
+            self._indexes.pop(path, None)
+
+    def _torn_segment(self, path: Path) -> bool:
+        """Is ``path`` (the last segment) a torn new segment that readers ignore?"""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return True  # moved to quarantine/ meanwhile
+        except OSError as e:
+            raise LedgerIOError(f"cannot open {path}: {e.strerror}") from e
+        try:
+            size = os.fstat(fd).st_size
+            return header_is_torn(path, fd, size, pread_all(fd, SEGMENT_HEADER_SIZE, 0))
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+        finally:
+            os.close(fd)
 
     def verify(self) -> VerifyReport:
         """Check every byte of every segment; never modifies anything."""
@@ -593,14 +999,23 @@ class Ledger:
     def flush(self) -> None:
         """Make every acknowledged append durable now (for ``sync="batch"|"none"``)."""
         with self._mutex:
-            if self._fd >= 0 and self._unsynced and not self._poisoned:
-                try:
+            if self._poisoned:
+                return
+            try:
+                for path in self._left_unsynced:
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        _osio.fdatasync(fd)
+                    finally:
+                        os.close(fd)
+                self._left_unsynced.clear()
+                if self._fd >= 0 and self._unsynced:
                     _osio.fdatasync(self._fd)
-                except OSError as e:
-                    self._poisoned = "an fsync failed; reopen the log before appending again"
-                    raise LedgerIOError(f"flush failed: {e.strerror or e}") from e
-                self._unsynced = False
-                self._last_sync = time.monotonic()
+            except OSError as e:
+                self._poisoned = "an fsync failed; reopen the log before appending again"
+                raise LedgerIOError(f"flush failed: {e.strerror or e}") from e
+            self._unsynced = False
+            self._last_sync = time.monotonic()
 
     def close(self) -> None:
         with self._mutex:
@@ -616,6 +1031,8 @@ class Ledger:
                     self._fd = -1
                 if self._lock is not None:
                     self._lock.close()
+                with self._index_lock:
+                    self._indexes.clear()
 
     def __enter__(self) -> Ledger:
         return self
@@ -625,5 +1042,3 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.log_dir)!r}, head={self._head})"
-
-

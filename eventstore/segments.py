@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+from array import array
+from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,22 +19,37 @@ import attrs
 from . import _osio
 from .errors import CorruptLogError, LedgerIOError, UnsupportedFormatError
 from .frame import (
+    FOOTER,
+    FOOTER_MAGIC,
+    FOOTER_SIZE,
     FORMAT_VERSION,
+    FRAME_HEADER_SIZE,
+    FRAME_OVERHEAD,
+    PAYLOAD_HEAD_MAX,
     SEGMENT_HEADER_SIZE,
     FrameError,
     FrameInfo,
     SegmentHeader,
     SegmentHeaderError,
     check_digest,
+    decode_payload,
     decode_segment_header,
     encode_segment_header,
     frame_before,
     has_valid_frame_after,
     iter_frames,
     last_frame_by_footer,
+    parse_frame_head,
+    payload_head,
+    payload_head_fast,
+    payload_of,
+    read_frame_header,
+    segment_header_is_torn,
 )
 
 SEGMENT_RE = re.compile(r"(\d{20})\.seg")
+TMP_RE = re.compile(r"\d{20}\.seg\.tmp")
+QUARANTINE = "quarantine"
 
 
 def segment_name(base_seq: int) -> str:
@@ -64,6 +81,46 @@ def read_bytes(path: Path, offset: int = 0) -> bytes:
             return f.read()
     except OSError as e:
         raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+
+
+def pread_all(fd: int, n: int, offset: int) -> bytes:
+    """``n`` bytes at ``offset`` (fewer only at the end of the file); raises ``OSError``."""
+    data = os.pread(fd, n, offset)
+    if len(data) == n or not data:
+        return data
+    parts, got = [data], len(data)
+    while got < n:
+        more = os.pread(fd, n - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def open_segment(path: Path) -> int:
+    """A read-only fd on a segment (the caller closes it); LedgerIOError on failure."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise LedgerIOError(f"cannot open {path}: {e.strerror}") from e
+
+
+def header_is_torn(path: Path, fd: int, size: int, head: bytes) -> bool:
+    """Is the last segment (``head`` = its first <= 64 bytes) a torn new segment?
+
+    See :func:`frame.segment_header_is_torn`; a zero header makes us look at
+    the whole file for frame headers.
+    """
+    if len(head) < SEGMENT_HEADER_SIZE:
+        return True
+    if any(head):
+        return False
+    try:
+        data = pread_all(fd, size, 0)
+    except OSError as e:
+        raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+    return segment_header_is_torn(data)
 
 
 def read_header(path: Path, data: bytes | None = None) -> SegmentHeader:
@@ -114,6 +171,86 @@ def create_segment(
     return final
 
 
+def sweep_tmp(log_dir: Path) -> list[str]:
+    """Remove stray ``<base>.seg.tmp`` files; call only while holding the writer lock.
+
+    A segment becomes visible only when its temp file is renamed, so a temp
+    file left by a writer killed during :func:`create_segment` never holds
+    data. Failures to remove one are ignored (it stays harmless).
+    """
+    removed: list[str] = []
+    try:
+        names = os.listdir(log_dir)
+    except OSError:
+        return removed
+    for name in names:
+        if TMP_RE.fullmatch(name):
+            try:
+                os.unlink(log_dir / name)
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def _quarantine_dir(log_dir: Path) -> tuple[Path, bool]:
+    qdir = log_dir / QUARANTINE
+    try:
+        os.mkdir(qdir)
+        return qdir, True
+    except FileExistsError:
+        return qdir, False
+
+
+def _candidates(qdir: Path, stem: str, suffix: str) -> Iterator[Path]:
+    yield qdir / f"{stem}.{suffix}"
+    n = 1
+    while True:
+        yield qdir / f"{stem}.{n}.{suffix}"
+        n += 1
+
+
+def quarantine_bytes(log_dir: Path, stem: str, data: bytes) -> Path:
+    """Write ``data`` to a new file ``quarantine/<stem>.torn`` (or ``<stem>.<n>.torn``
+    if taken), fsync it and the directory; raises ``OSError`` (nothing left behind)."""
+    qdir, created = _quarantine_dir(log_dir)
+    for path in _candidates(qdir, stem, "torn"):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileExistsError:
+            continue
+    try:
+        try:
+            _osio.write_all(fd, data, 0)
+            _osio.fsync(fd)
+        finally:
+            os.close(fd)
+        _osio.fsync_dir(qdir)
+        if created:
+            _osio.fsync_dir(log_dir)
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def quarantine_file(log_dir: Path, src: Path, suffix: str) -> Path:
+    """Move ``src`` to ``quarantine/<name>.<suffix>`` (never over an existing file) and
+    sync both directories; call only while holding the writer lock. Raises ``OSError``."""
+    qdir, _created = _quarantine_dir(log_dir)
+    for path in _candidates(qdir, src.name, suffix):
+        if not os.path.lexists(path):
+            break
+    _osio.replace(src, path)
+    _osio.fsync_dir(qdir)
+    _osio.fsync_dir(log_dir)
+    return path
+
+
 @attrs.define
 class Tail:
     """Where the valid prefix of a segment ends, and what lies beyond it."""
@@ -123,6 +260,16 @@ class Tail:
     digest: bytes  # chain digest at ``head``
     last: FrameInfo | None  # the final valid frame of this segment
     torn: tuple[int, str] | None = None  # (offset, reason) of an ignorable torn tail
+    at: float | None = None  # ``at`` of ``last`` (see :func:`last_at`)
+
+
+def last_at(path: Path, data: bytes | memoryview, info: FrameInfo, data_offset: int = 0) -> float:
+    """``at`` of a checked frame found in ``data``; a payload that does not decode is corrupt."""
+    try:
+        at, _bid = payload_head(payload_of(data, info))
+        return float(at)
+    except (ValueError, TypeError) as e:
+        raise CorruptLogError(path, info.offset + data_offset, str(e)) from None
 
 
 def scan_tail(
@@ -149,7 +296,8 @@ def scan_tail(
             if prev_ok:
                 try:
                     check_digest(data, last, prev)
-                    return Tail(last.end, last.last_seq, last.digest, last)
+                    at = last_at(path, data, last)
+                    return Tail(last.end, last.last_seq, last.digest, last, at=at)
                 except FrameError:
                     pass
     tail = Tail(start, next_seq - 1, prev_digest, None)
@@ -160,12 +308,175 @@ def scan_tail(
         if has_valid_frame_after(data, e.offset, tail.head + 1):
             raise CorruptLogError(path, e.offset, e.reason) from None
         tail.torn = (e.offset, e.reason)
+    if tail.last is not None:
+        tail.at = last_at(path, data, tail.last)
     return tail
 
 
-def walk_sealed(path: Path, data: bytes, prev_digest: bytes, next_seq: int) -> Iterator[FrameInfo]:
-    """Every frame of a segment that is not the last: any bad byte is corruption."""
+def fast_tail(path: Path, fd: int, size: int, prev_digest: bytes, next_seq: int) -> Tail | None:
+    """:func:`scan_tail`'s fast path with ``pread`` of the last frames only; None if unclear.
+
+    Reads the footer in the file's last 8 bytes, the last frame whole (plus the
+    8-byte footer of the frame before it) and that frame's 56-byte header. The
+    caller falls back to reading and walking the whole segment.
+    """
+    start = SEGMENT_HEADER_SIZE
+    if size == start:
+        return Tail(start, next_seq - 1, prev_digest, None)
+    if size - start < FRAME_OVERHEAD:
+        return None
     try:
-        yield from iter_frames(data, SEGMENT_HEADER_SIZE, prev_digest, next_seq)
-    except FrameError as e:
-        raise CorruptLogError(path, e.offset, e.reason) from None
+        flen, fmagic = FOOTER.unpack(pread_all(fd, FOOTER_SIZE, size - FOOTER_SIZE))
+        if fmagic != FOOTER_MAGIC or flen < FRAME_OVERHEAD or size - flen < start:
+            return None
+        lo = size - flen
+        extra = FOOTER_SIZE if lo - start >= FRAME_OVERHEAD else 0
+        buf = pread_all(fd, flen + extra, lo - extra)
+        if len(buf) != flen + extra:
+            return None
+        try:
+            info = read_frame_header(buf, extra)
+        except FrameError:
+            return None
+        if info.end != len(buf):
+            return None
+        if lo == start:
+            prev, prev_ok = prev_digest, info.first_seq == next_seq
+        elif extra:
+            plen, pmagic = FOOTER.unpack_from(buf, 0)
+            if pmagic != FOOTER_MAGIC or plen < FRAME_OVERHEAD or lo - plen < start:
+                return None
+            head = parse_frame_head(pread_all(fd, FRAME_HEADER_SIZE, lo - plen), 0)
+            if head is None or head[0] + FRAME_OVERHEAD != plen:
+                return None
+            _n, count, first, prev = head
+            prev_ok = first + count == info.first_seq
+        else:
+            return None
+    except OSError as e:
+        raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+    if not prev_ok:
+        return None
+    try:
+        check_digest(buf, info, prev)
+    except FrameError:
+        return None
+    at = last_at(path, buf, info, lo - extra)
+    last = FrameInfo(lo, size, info.first_seq, info.count, info.digest)
+    return Tail(size, info.last_seq, info.digest, last, at=at)
+
+
+# --- the frame index ---------------------------------------------------------------
+
+#: A frame index keeps one entry per this many bytes of segment (plus the first frame).
+INDEX_STEP = 16 * 1024
+#: Bytes read per pread while walking headers of small frames.
+INDEX_CHUNK = 64 * 1024
+
+
+class FrameIndex:
+    """A sparse ``first_seq -> offset`` index of one segment, built by a header walk.
+
+    Entry ``k`` says: a frame starts at ``offs[k]`` with seq ``seqs[k]``, and the
+    chain digest before it is ``digests[k]``. Entry 0 is the segment's first
+    frame (its header's ``base_seq`` and ``prev_digest``); after that there is
+    one entry per :data:`INDEX_STEP` bytes. ``end``/``next_seq``/``digest`` say
+    how far the walk got. The walk checks headers only (magic, crc, seq
+    continuity, the frame fits in the file): an index is a hint for where to
+    read, and every frame read through it is checked in full (a mismatch makes
+    the reader drop the index and read the segment whole).
+    """
+
+    __slots__ = (
+        "ino", "base", "prev_digest", "seqs", "offs", "digests", "end", "next_seq", "digest"
+    )
+
+    def __init__(self, ino: int, hdr: SegmentHeader) -> None:
+        self.ino = ino
+        self.base = hdr.base_seq
+        self.prev_digest = hdr.prev_digest
+        self.seqs = array("Q", [hdr.base_seq])
+        self.offs = array("Q", [SEGMENT_HEADER_SIZE])
+        self.digests = [hdr.prev_digest]
+        self.end = SEGMENT_HEADER_SIZE
+        self.next_seq = hdr.base_seq
+        self.digest = hdr.prev_digest
+
+    def extend(self, fd: int, size: int) -> None:
+        """Walk frame headers from ``end`` up to ``size``; stop at the first unusable one.
+
+        Raises ``OSError``.
+        """
+        off, seq, digest = self.end, self.next_seq, self.digest
+        last_entry = self.offs[-1]
+        buf, buf_off, want = b"", off, INDEX_CHUNK
+        while size - off >= FRAME_OVERHEAD:
+            rel = off - buf_off
+            if len(buf) - rel < FRAME_HEADER_SIZE:
+                buf, buf_off, rel = pread_all(fd, min(want, size - off), off), off, 0
+            head = parse_frame_head(buf, rel)
+            if head is None:
+                break
+            n, count, first, fdigest = head
+            end = off + n + FRAME_OVERHEAD
+            if first != seq or end > size:
+                break
+            if off - last_entry >= INDEX_STEP:
+                self.seqs.append(first)
+                self.offs.append(off)
+                self.digests.append(digest)
+                last_entry = off
+            seq, digest, off = first + count, fdigest, end
+            want = FRAME_HEADER_SIZE if n >= INDEX_CHUNK else INDEX_CHUNK
+        self.end, self.next_seq, self.digest = off, seq, digest
+
+    def locate(self, seq: int) -> tuple[int, int, bytes]:
+        """``(first_seq, offset, digest before it)`` of the last entry at or before ``seq``."""
+        k = max(bisect_right(self.seqs, seq) - 1, 0)
+        return self.seqs[k], self.offs[k], self.digests[k]
+
+    def bound(self, seq: int) -> int | None:
+        """An offset at a frame boundary past the frame holding ``seq`` (None: not indexed)."""
+        k = bisect_right(self.seqs, seq)
+        if k < len(self.seqs):
+            return self.offs[k]
+        return self.end if seq < self.next_seq else None
+
+
+def recent_heads(
+    path: Path, fd: int, start: int, end: int
+) -> Iterator[tuple[int, int, float, str | None]]:
+    """``(first_seq, count, at, batch_id)`` of the frames ending at ``end``, newest first.
+
+    Walks footers backwards with one ``pread`` per frame (its header, the head
+    of its payload and the footer of the frame before it); stops where the
+    chain of footers is unclear. Raises ``OSError``; a payload that does not
+    decode is ``CorruptLogError``.
+    """
+    pos = end
+    if pos - start < FRAME_OVERHEAD:
+        return
+    foot = pread_all(fd, FOOTER_SIZE, pos - FOOTER_SIZE)
+    while pos - start >= FRAME_OVERHEAD and len(foot) == FOOTER_SIZE:
+        flen, fmagic = FOOTER.unpack(foot)
+        if fmagic != FOOTER_MAGIC or flen < FRAME_OVERHEAD or pos - flen < start:
+            return
+        lo = pos - flen
+        extra = FOOTER_SIZE if lo - start >= FRAME_OVERHEAD else 0
+        want = min(flen - FOOTER_SIZE, FRAME_HEADER_SIZE + PAYLOAD_HEAD_MAX)
+        buf = pread_all(fd, want + extra, lo - extra)
+        head = parse_frame_head(buf, extra)
+        if head is None or head[0] + FRAME_OVERHEAD != flen:
+            return
+        n, count, first, _digest = head
+        p0 = extra + FRAME_HEADER_SIZE
+        found = payload_head_fast(buf[p0 : p0 + n])
+        if found is None:
+            payload = pread_all(fd, n, lo + FRAME_HEADER_SIZE)
+            try:
+                at, bid, _rows = decode_payload(payload)
+            except ValueError as e:
+                raise CorruptLogError(path, lo, str(e)) from None
+            found = (at, bid)
+        yield first, count, float(found[0]), found[1]
+        foot, pos = buf[:extra], lo

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -15,6 +17,7 @@ from .frame import (
     has_valid_frame_after,
     iter_frames,
     payload_of,
+    segment_header_is_torn,
 )
 from .segments import list_segments, read_bytes, read_header
 
@@ -51,7 +54,7 @@ class VerifyReport:
         }
 
 
-def _check_rows(rows: list[object], count: int) -> str | None:
+def _check_rows(rows: Sequence[Any], count: int) -> str | None:
     if len(rows) != count:
         return f"frame header says {count} events, payload holds {len(rows)}"
     for row in rows:
@@ -72,6 +75,26 @@ def verify_log(log_dir: Path) -> VerifyReport:
     events = frames = 0
     digest, next_seq = GENESIS_DIGEST, 1
     segs = list_segments(log_dir)
+    n_segs = len(segs)
+    torn_last: Problem | None = None
+    if segs:
+        path = segs[-1][1]
+        try:
+            data = read_bytes(path)
+        except LedgerIOError:
+            pass  # reported below
+        else:
+            if segment_header_is_torn(data):
+                why = (
+                    f"segment header is {len(data)} bytes"
+                    if len(data) < SEGMENT_HEADER_SIZE
+                    else "segment header is all zeros and no frame follows"
+                )
+                torn_last = Problem(
+                    path.name, 0, f"torn new segment ({why}); ignored, the next append moves "
+                    "it to quarantine/"
+                )
+                segs = segs[:-1]
     for i, (base, path) in enumerate(segs):
         last = i == len(segs) - 1
         try:
@@ -85,7 +108,9 @@ def verify_log(log_dir: Path) -> VerifyReport:
             problems.append(Problem(path.name, 0, getattr(e, "reason", str(e))))
             continue
         if base != next_seq:
-            problems.append(Problem(path.name, 0, f"segment starts at seq {base}, expected {next_seq}"))
+            problems.append(
+                Problem(path.name, 0, f"segment starts at seq {base}, expected {next_seq}")
+            )
         elif hdr.prev_digest != digest:
             problems.append(Problem(path.name, 0, "segment does not chain to the one before it"))
         digest, next_seq = hdr.prev_digest, base
@@ -107,4 +132,6 @@ def verify_log(log_dir: Path) -> VerifyReport:
             else:
                 reason = f"{e.reason}; valid data follows (media corruption)"
             problems.append(Problem(path.name, e.offset, reason))
-    return VerifyReport(not problems, events, frames, next_seq - 1, len(segs), tuple(problems))
+    if torn_last is not None:
+        problems.append(torn_last)
+    return VerifyReport(not problems, events, frames, next_seq - 1, n_segs, tuple(problems))

@@ -467,15 +467,99 @@ class TestFileLedger(LedgerContract):
             led.close()
         assert seg.read_bytes() == bytes(data)
 
-    def test_truncated_segment_header_fails_closed(self, tmp_path: Path) -> None:
-        """A last segment cut inside its 64-byte header cannot come from a crash in
-        the default sync mode (headers are synced before the rename): the log
-        fails closed rather than guess."""
+    @pytest.mark.parametrize(
+        "damage",
+        [
+            pytest.param(lambda raw: raw[:30], id="cut-inside-header"),
+            pytest.param(lambda raw: b"", id="empty-file"),
+            pytest.param(lambda raw: bytes(SEGMENT_HEADER_SIZE), id="zero-header"),
+            pytest.param(lambda raw: bytes(4096), id="zero-filled"),
+        ],
+    )
+    def test_torn_new_segment_is_ignored_then_moved_aside(self, tmp_path: Path, damage: Any) -> None:
+        """Regression: a last segment whose header is incomplete or all zeros and which
+        holds no frame (a power cut while it was created, sync="none") made the log
+        fail closed for good. It is a torn tail: readers ignore it, a writer moves it
+        to quarantine/ and carries on."""
+        log = tmp_path / "log"
+        with self.make_ledger(tmp_path, segment_bytes=4096, sync="none") as led:
+            head = 0
+            while head < 40 or sorted(log.glob("*.seg"))[-1].stat().st_size < 4096:
+                head = led.append([ev(head, pad="x" * 100)]).last_seq
+        # the segment the next append would create, torn as a power cut can leave it
+        torn = log / f"{head + 1:020d}.seg"
+        torn.write_bytes(damage(b"x" * 64))
+        before = self.snapshot(tmp_path)
+        for readonly in (True, False):
+            with self.make_ledger(tmp_path, readonly=readonly) as led:
+                assert led.head == head
+                assert [e.data["i"] for e in led.read()] == list(range(head))
+                assert [e.seq for e in led.read(head - 1)] == [head - 1, head]
+                assert led.digest_at(head) == led.head_digest
+                rep = led.verify()
+                assert not rep.ok and rep.head_seq == head
+                assert [(p.segment, p.offset) for p in rep.problems] == [(torn.name, 0)]
+                assert "torn new segment" in rep.problems[0].error
+        assert self.snapshot(tmp_path) == before  # readers (and idle writers) change nothing
+        with self.make_ledger(tmp_path, segment_bytes=4096) as led:
+            assert led.append([ev(head)]).first_seq == head + 1
+            assert [e.data["i"] for e in led.read()] == list(range(head + 1))
+            assert led.verify().ok
+        moved = log / "quarantine" / f"{torn.name}.header.torn"
+        assert moved.read_bytes() == before[f"log/{torn.name}"]
+        assert torn.read_bytes()[:8] == b"CTXLSEG\x00"  # a real segment took its name
+
+    def test_torn_new_segment_after_a_short_segment(self, tmp_path: Path) -> None:
+        """A power cut can also cost the frames at the end of the segment before the torn
+        one: the writer sets the torn segment aside and continues the one before."""
+        log = tmp_path / "log"
+        with self.make_ledger(tmp_path, segment_bytes=4096, sync="none") as led:
+            led.append([ev(0)])
+        (log / f"{5:020d}.seg").write_bytes(b"")  # as if seqs 2..4 had been lost
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert ro.head == 1 and [e.seq for e in ro.read()] == [1]
+        with self.make_ledger(tmp_path) as led:
+            assert led.append([ev(1)]).first_seq == 2
+            assert [p.name for p in sorted(log.glob("*.seg"))] == [f"{1:020d}.seg"]
+            assert led.verify().ok
+
+    def test_only_segment_torn_is_an_empty_log(self, tmp_path: Path) -> None:
+        log = tmp_path / "log"
+        log.mkdir()
+        (log / f"{1:020d}.seg").write_bytes(bytes(10))
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert ro.head == 0 and list(ro.read()) == [] and not ro.verify().ok
+        with self.make_ledger(tmp_path) as led:
+            assert led.append([ev(1)]).first_seq == 1
+            assert led.verify().ok and led.head == 1
+
+    @pytest.mark.parametrize(
+        "damage",
+        [
+            pytest.param("zero-header-then-frames", id="zero-header-then-frames"),
+            pytest.param("valid-header-wrong-base", id="valid-header-wrong-base"),
+            pytest.param("garbage-header", id="garbage-header"),
+        ],
+    )
+    def test_damaged_last_segment_header_stays_corrupt(self, tmp_path: Path, damage: str) -> None:
+        """Only a header that a power cut can leave (short, or zeros with no frame after
+        it) is torn; a valid-looking but wrong header, or frames behind a zeroed header,
+        fail closed."""
+        log = tmp_path / "log"
         with self.make_ledger(tmp_path, segment_bytes=4096, sync="none") as led:
             for i in range(60):
                 led.append([ev(i, pad="x" * 100)])
-        last = sorted((tmp_path / "log").glob("*.seg"))[-1]
-        last.write_bytes(last.read_bytes()[:30])
+        last = sorted(log.glob("*.seg"))[-1]
+        raw = bytearray(last.read_bytes())
+        assert len(raw) > SEGMENT_HEADER_SIZE + 64
+        if damage == "zero-header-then-frames":
+            raw[:SEGMENT_HEADER_SIZE] = bytes(SEGMENT_HEADER_SIZE)
+        elif damage == "valid-header-wrong-base":
+            struct.pack_into("<Q", raw, 16, int(last.name[:20]) + 1)
+            raw[56:64] = blake3.blake3(bytes(raw[:56])).digest()[:8]
+        else:
+            raw[:SEGMENT_HEADER_SIZE] = b"\x5a" * SEGMENT_HEADER_SIZE
+        last.write_bytes(bytes(raw))
         before = self.snapshot(tmp_path)
         for readonly in (True, False):
             with self.make_ledger(tmp_path, readonly=readonly) as led:
