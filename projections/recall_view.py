@@ -28,9 +28,20 @@ class RecallState:
 
     def __init__(self, index: RecallIndex | None = None) -> None:
         self.seq = 0
-        self.index = index if index is not None else RecallIndex()
+        self._index = index if index is not None else RecallIndex()
+        # documents folded but not yet in the index: added in bulk when it is next
+        # needed, so refolding many events is a bulk build, not one add per event
+        self._pending: dict[str, RecallDoc] = {}
         self.skipped_unknown = 0
         self.skipped_bad = 0
+
+    @property
+    def index(self) -> RecallIndex:
+        if self._pending:
+            docs = list(self._pending.values())
+            self._pending = {}
+            self._index.add_many(docs)
+        return self._index
 
     def apply(self, event: Event) -> None:
         if event.seq <= self.seq:
@@ -43,13 +54,17 @@ class RecallState:
                 self.skipped_bad += 1
                 return
             key, _target, nbytes = parsed
-            self.index.add(RecallDoc.from_packet(key.hex(), packet, event.at, nbytes))
+            hexkey = key.hex()
+            self._pending.pop(hexkey, None)  # keep insertion order = fold order
+            self._pending[hexkey] = RecallDoc.from_packet(hexkey, packet, event.at, nbytes)
         elif event.kind == EVICTED:
             evicted = parse_evict(event)
             if evicted is None:
                 self.skipped_bad += 1
             else:
-                self.index.remove(evicted[0].hex())
+                hexkey = evicted[0].hex()
+                self._pending.pop(hexkey, None)
+                self._index.remove(hexkey)
         else:
             self.skipped_unknown += 1
 

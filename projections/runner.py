@@ -124,6 +124,21 @@ class Runner:
             return 0
         return fold(self.ledger, states, min(s.seq for s in states) + 1, until, progress)
 
+    def fold_own(self, events: list[Event], first_seq: int, at: float) -> None:
+        """Fold a batch this process just appended without reading it back.
+
+        Only when every loaded view stands right before the batch; otherwise
+        (another writer got in between) catch up from the log.
+        """
+        states = [v.state for v in self.views.values()]
+        if any(st.seq != first_seq - 1 for st in states):
+            self.catch_up()
+            return
+        for i, e in enumerate(events):
+            ev = Event(e.kind, e.key, e.data, seq=first_seq + i, at=at)
+            for st in states:
+                st.apply(ev)
+
     def close_checkpoint(self) -> int:
         """At the end of a writing session: checkpoint what moved, and any view left behind.
 

@@ -187,7 +187,7 @@ class ContextStore:
     def _append(self, events: list[Event]) -> Any:
         self._check_writable()
         receipt = self.ledger.append(events)
-        self.runner.catch_up()
+        self.runner.fold_own(events, receipt.first_seq, receipt.at)
         self.runner.maybe_checkpoint(receipt.last_seq)
         return receipt
 
