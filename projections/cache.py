@@ -2,25 +2,36 @@
 
 The view keeps no packet bodies (the log has them): per entry only the key,
 the seq of its ``cache.put``, its time, target and size. Entries folded from a
-checkpoint sit in flat sorted numpy columns (loaded without parsing, a few MB
-at 200k entries); entries changed since sit in a small dict on top. Compacting
-merges the two, which is what a checkpoint stores.
+checkpoint sit in flat sorted columns read straight from the memory-mapped
+checkpoint (no parsing, about 60 bytes an entry); entries changed since sit in
+a small dict on top. Compacting merges the two, which is what a checkpoint
+stores. A lookup by key is a binary search in plain Python, so ``store get``
+never imports numpy; bulk work (list, prune, stats, compaction) uses numpy
+views of the same bytes.
 """
 
 from __future__ import annotations
 
 import re
+import struct
+from bisect import bisect_left
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import cbor2
-import numpy as np
 
 from eventstore import Event
 
+if TYPE_CHECKING:
+    import numpy as np
+
 NAME = "cache"
-VERSION = 1
+VERSION = 2
+_LEN = struct.Struct("<I")
+# base columns in checkpoint order: (name, struct format, numpy dtype, item size)
+_COLUMNS = (("keys", "B", "S32", 32), ("seqs", "q", "<i8", 8), ("created", "d", "<f8", 8),
+            ("nbytes", "q", "<i8", 8), ("tids", "i", "<i4", 4))
 PUT = "cache.put"
 EVICTED = "cache.evicted"
 EVICTION_REASONS = ("expired_ttl", "manual_prune", "corrupt_load_recovery")
@@ -44,11 +55,8 @@ class CacheState:
 
     def __init__(self) -> None:
         self.seq = 0
-        self.keys = np.zeros(0, dtype="S32")
-        self.seqs = np.zeros(0, dtype=np.int64)
-        self.created = np.zeros(0, dtype=np.float64)
-        self.tids = np.zeros(0, dtype=np.int32)
-        self.nbytes = np.zeros(0, dtype=np.int64)
+        self._n = 0  # entries in the base columns
+        self._base: dict[str, memoryview] = {name: memoryview(b"") for name, *_ in _COLUMNS}
         self.targets: list[str] = []
         self.target_ix: dict[str, int] = {}
         self.delta: dict[bytes, Row | None] = {}
@@ -102,10 +110,19 @@ class CacheState:
     def row(self, key: bytes) -> Row | None:
         if key in self.delta:
             return self.delta[key]
-        i = int(np.searchsorted(self.keys, key))
-        if i < len(self.keys) and bytes(self.keys[i]).ljust(32, b"\0") == key:
-            return (int(self.seqs[i]), float(self.created[i]), int(self.tids[i]), int(self.nbytes[i]))
+        keys = _KeySeq(self._base["keys"], self._n)
+        i = bisect_left(keys, key)
+        if i < self._n and keys[i] == key:
+            b = self._base
+            return (b["seqs"][i], b["created"][i], b["tids"][i], b["nbytes"][i])
         return None
+
+    def _base_np(self) -> tuple[np.ndarray, ...]:
+        """The base columns as numpy arrays over the same bytes (no copy)."""
+        import numpy as np
+
+        return tuple(np.frombuffer(self._base[name], dtype=dt) if self._n else
+                     np.zeros(0, dtype=dt) for name, _f, dt, _s in _COLUMNS)
 
     def get(self, cache_key: str) -> EntryRef | None:
         key = _key_bytes(cache_key)
@@ -117,20 +134,23 @@ class CacheState:
 
     def live_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """All entries as columns (keys, seqs, created, tids, nbytes), delta applied."""
+        import numpy as np
+
+        keys, seqs, created, nbytes, tids = self._base_np()
         if not self.delta:
-            return self.keys, self.seqs, self.created, self.tids, self.nbytes
+            return keys, seqs, created, tids, nbytes
         dkeys = np.array(list(self.delta), dtype="S32")
-        keep = ~np.isin(self.keys, dkeys) if len(self.keys) else np.zeros(0, dtype=bool)
+        keep = ~np.isin(keys, dkeys) if len(keys) else np.zeros(0, dtype=bool)
         rows = [(k, r) for k, r in self.delta.items() if r is not None]
         nk = np.array([k for k, _ in rows], dtype="S32")
         cols = [np.array([r[i] for _, r in rows], dtype=dt)
                 for i, dt in enumerate((np.int64, np.float64, np.int32, np.int64))]
         return (
-            np.concatenate([self.keys[keep], nk]),
-            np.concatenate([self.seqs[keep], cols[0]]),
-            np.concatenate([self.created[keep], cols[1]]),
-            np.concatenate([self.tids[keep], cols[2]]),
-            np.concatenate([self.nbytes[keep], cols[3]]),
+            np.concatenate([keys[keep], nk]),
+            np.concatenate([seqs[keep], cols[0]]),
+            np.concatenate([created[keep], cols[1]]),
+            np.concatenate([tids[keep], cols[2]]),
+            np.concatenate([nbytes[keep], cols[3]]),
         )
 
     def select(
@@ -142,6 +162,8 @@ class CacheState:
         until: float | None = None,
     ) -> Iterator[EntryRef]:
         """Entries matching the filters, newest first (ties: cache_key)."""
+        import numpy as np
+
         keys, seqs, created, tids, nbytes = self.live_columns()
         mask = np.ones(len(keys), dtype=bool)
         if live_after is not None:
@@ -171,41 +193,49 @@ class CacheState:
     # --- checkpoints ----------------------------------------------------------------
 
     def compact(self) -> None:
+        import numpy as np
+
         keys, seqs, created, tids, nbytes = self.live_columns()
         order = np.argsort(keys, kind="stable")
-        self.keys, self.seqs, self.created = keys[order], seqs[order], created[order]
-        self.tids, self.nbytes = tids[order], nbytes[order]
+        cols = {"keys": keys[order], "seqs": seqs[order], "created": created[order],
+                "nbytes": nbytes[order], "tids": tids[order]}
+        self._n = len(order)
+        self._base = {name: _cast(memoryview(cols[name].astype(dt).tobytes()), fmt)
+                      for name, fmt, dt, _s in _COLUMNS}
         self.delta = {}
 
     def to_bytes(self) -> bytes:
+        """u32 length, CBOR of the small tables, padding to 8, then the raw columns."""
         self.compact()
-        return cbor2.dumps({
-            "seq": self.seq, "targets": self.targets, "evictions": self.evictions,
+        meta = cbor2.dumps({
+            "seq": self.seq, "n": self._n, "targets": self.targets, "evictions": self.evictions,
             "skipped_unknown": self.skipped_unknown, "skipped_bad": self.skipped_bad,
-            "keys": self.keys.tobytes(), "seqs": self.seqs.tobytes(),
-            "created": self.created.tobytes(), "tids": self.tids.tobytes(),
-            "nbytes": self.nbytes.tobytes(),
         })
+        head = _LEN.pack(len(meta)) + meta
+        head += bytes(-len(head) % 8)
+        return head + b"".join(self._base[name].cast("B") for name, *_ in _COLUMNS)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> CacheState:
-        doc: dict[str, Any] = cbor2.loads(data)
+    def from_bytes(cls, data: bytes | memoryview) -> CacheState:
+        """Zero-copy: the columns stay views of ``data`` (a memory-mapped checkpoint)."""
+        view = memoryview(data)
+        (mlen,) = _LEN.unpack_from(view, 0)
+        doc: dict[str, Any] = cbor2.loads(bytes(view[4 : 4 + mlen]))
         st = cls()
-        st.seq = int(doc["seq"])
+        st.seq, st._n = int(doc["seq"]), int(doc["n"])
         st.targets = list(doc["targets"])
         st.target_ix = {t: i for i, t in enumerate(st.targets)}
         st.evictions = dict(doc["evictions"])
         st.skipped_unknown, st.skipped_bad = int(doc["skipped_unknown"]), int(doc["skipped_bad"])
-        st.keys = np.frombuffer(doc["keys"], dtype="S32")
-        st.seqs = np.frombuffer(doc["seqs"], dtype=np.int64)
-        st.created = np.frombuffer(doc["created"], dtype=np.float64)
-        st.tids = np.frombuffer(doc["tids"], dtype=np.int32)
-        st.nbytes = np.frombuffer(doc["nbytes"], dtype=np.int64)
-        n = len(st.keys)
-        if not (len(st.seqs) == len(st.created) == len(st.tids) == len(st.nbytes) == n):
-            raise ValueError("cache checkpoint columns disagree in length")
-        if n and (int(st.tids.max()) >= len(st.targets) or int(st.seqs.max()) > st.seq):
-            raise ValueError("cache checkpoint refers past its own tables")
+        off = 4 + mlen + (-(4 + mlen) % 8)
+        for name, fmt, _dt, size in _COLUMNS:
+            end = off + st._n * size
+            if end > len(view):
+                raise ValueError("cache checkpoint is shorter than its columns")
+            st._base[name] = _cast(view[off:end], fmt)
+            off = end
+        if off != len(view):
+            raise ValueError("cache checkpoint has trailing bytes")
         return st
 
     def snapshot(self) -> dict[str, Any]:
@@ -247,6 +277,25 @@ def parse_evict(event: Event) -> tuple[bytes, str] | None:
 def _is_size(n: object) -> bool:
     """A byte count the int64 column can hold (not a bool, not negative)."""
     return type(n) is int and 0 <= n < 2**63
+
+
+class _KeySeq:
+    """The sorted 32-byte keys of the base, as a sequence ``bisect`` can search."""
+
+    __slots__ = ("_buf", "_n")
+
+    def __init__(self, buf: memoryview, n: int) -> None:
+        self._buf, self._n = buf, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> bytes:
+        return bytes(self._buf[i * 32 : i * 32 + 32])
+
+
+def _cast(view: memoryview, fmt: str) -> memoryview:
+    return view if fmt == "B" else view.cast("B").cast(fmt)
 
 
 def _key_bytes(key: object) -> bytes | None:

@@ -19,7 +19,7 @@ from .cache import EVICTED, PUT, parse_evict, parse_put
 from .recall import RecallDoc, RecallIndex
 
 NAME = "recall"
-VERSION = 2
+VERSION = 2  # keep in step with projections.store.RECALL
 _LEN = struct.Struct("<I")
 
 

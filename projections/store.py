@@ -7,24 +7,41 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from eventstore import Event, Ledger, LedgerError, StoreNotFoundError
 
-from . import cache, recall_view
+from . import cache
 from .cache import CacheState, EntryRef
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
 from .packet import cache_key_of, check_packet
-from .recall import RecallDoc, RecallHit, make_snippet
-from .recall_view import RecallState
 from .runner import Progress, Projection, Runner, State, fold
+
+if TYPE_CHECKING:
+    from .recall import RecallHit
+    from .recall_view import RecallState
 
 STORE_DIR = ".ctxledger"
 CACHE = Projection(cache.NAME, cache.VERSION, CacheState, CacheState.from_bytes)
-RECALL = Projection(recall_view.NAME, recall_view.VERSION, RecallState, RecallState.from_bytes)
+RECALL_NAME = "recall"
+
+
+def _recall_new() -> RecallState:
+    from .recall_view import RecallState  # numpy and the index load only when recall is used
+
+    return RecallState()
+
+
+def _recall_decode(data: bytes | memoryview) -> RecallState:
+    from .recall_view import RecallState
+
+    return RecallState.from_bytes(data)
+
+
+RECALL = Projection(RECALL_NAME, 2, _recall_new, _recall_decode)
 
 
 def projections() -> list[Projection]:
@@ -287,9 +304,8 @@ class ContextStore:
         as_of: int | float | None = None,
     ) -> list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md)."""
-        states = self._state_as_of(as_of, [cache.NAME, recall_view.NAME])
+        states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME])
         rstate = states[1]
-        assert isinstance(rstate, RecallState)
         now = self.clock()
         hits = rstate.index.search(
             query, limit=limit, since=since, until=until, target=target, task_id=task_id,
@@ -302,6 +318,8 @@ class ContextStore:
 
     def _with_snippet(self, hit: RecallHit, cstate: CacheState) -> RecallHit:
         """The index keeps no payload text; the snippet window comes from the logged body."""
+        from .recall import RecallDoc, make_snippet
+
         ref = cstate.get(hit.cache_key)
         if ref is None:
             return hit
