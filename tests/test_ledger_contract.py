@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import blake3
+import cbor2
 import pytest
 import strategies as S
 from hypothesis import HealthCheck, given, settings
@@ -30,11 +31,31 @@ from eventstore import (
     StoreNotFoundError,
     UnsupportedFormatError,
 )
-from eventstore.frame import FORMAT_VERSION, GENESIS_DIGEST, SEGMENT_HEADER_SIZE
+from eventstore.event import MAX_DATA_DEPTH
+from eventstore.frame import (
+    FORMAT_VERSION,
+    GENESIS_DIGEST,
+    SEGMENT_HEADER_SIZE,
+    encode_frame,
+    iter_frames,
+    payload_prefix,
+)
 
 
 def ev(i: int, kind: str = "test.event", key: str | None = None, **extra: Any) -> Event:
     return Event(kind, key, {"i": i, **extra})
+
+
+def nested(depth: int, wrap: Any, inner: Any = None) -> Any:
+    """``depth`` levels: ``wrap`` applied ``depth - 1`` times around ``inner`` (default {})."""
+    x = {} if inner is None else inner
+    for _ in range(depth - 1):
+        x = wrap(x)
+    return x
+
+
+def frozenset_of(x: Any) -> frozenset[Any]:
+    return frozenset([x])
 
 
 def rows(led: Any, from_seq: int = 1, to_seq: int | None = None) -> list[tuple[int, str, Any, Any]]:
@@ -268,6 +289,79 @@ class LedgerContract:
                     led.append([ev(1)], batch_id=bad)
             assert led.head == 0
 
+    @pytest.mark.parametrize(
+        "data",
+        [
+            pytest.param(lambda: nested(MAX_DATA_DEPTH + 1, lambda x: {"a": x}), id="maps-201"),
+            pytest.param(lambda: {"l": nested(MAX_DATA_DEPTH, lambda x: [x])}, id="lists-201"),
+            pytest.param(lambda: {"t": nested(300, lambda x: (x,))}, id="tuples-300"),
+            pytest.param(lambda: nested(5000, lambda x: {"a": x}), id="maps-5000"),
+            pytest.param(lambda: {"t": cbor2.CBORTag(1, "not a time")}, id="tag-fails-decoding"),
+            # the decoder counts each set as two levels: 199 of them pass the walk only
+            pytest.param(lambda: {"s": nested(200, frozenset_of, 1)}, id="sets-199"),
+        ],
+    )
+    def test_data_readers_could_not_decode_is_refused(self, tmp_path: Path, data: Any) -> None:
+        """Regression: data nested ~400 levels deep was encoded and written, but cbor2
+        refuses to decode it, which bricked the log for every reader."""
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1)])
+            before = self.snapshot(tmp_path)
+            with pytest.raises(InvalidEventError):
+                led.append([ev(2), Event("deep.data", None, data())])
+            assert self.snapshot(tmp_path) == before
+            assert led.head == 1
+        with self.make_ledger(tmp_path) as led:
+            assert [e.data["i"] for e in led.read()] == [1]
+
+    def test_data_at_the_depth_limit_round_trips(self, tmp_path: Path) -> None:
+        deepest = nested(MAX_DATA_DEPTH, lambda x: {"a": x})
+        mixed = {"l": nested(MAX_DATA_DEPTH - 1, lambda x: [x, {"k": 1}])}
+        exotic = {"t": (1, (2,)), "s": frozenset({3}), "tag": cbor2.CBORTag(4000, [1])}
+        with self.make_ledger(tmp_path) as led:
+            led.append([Event("deep.data", None, deepest), Event("deep.data", None, mixed)])
+            led.append([Event("odd.data", None, exotic)])
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            a, b, c = list(ro.read())
+            assert a.data == deepest and b.data == mixed
+            # as cbor2 decodes them: tuples come back as lists, a tag's array as a tuple
+            assert c.data == {"t": [1, [2]], "s": {3}, "tag": cbor2.CBORTag(4000, (1,))}
+
+    @pytest.mark.parametrize("later", [0, 1, 2, 3, 4])
+    def test_batch_id_window_counts_frames_for_every_handle(
+        self, tmp_path: Path, later: int
+    ) -> None:
+        """Regression: a reopened handle recognised an id among the last batch_window
+        *frames*, a long-lived one among the last batch_window *ids*. Both now keep the
+        last batch_window frames (batches), ids or not, whoever wrote them."""
+        window = 3
+
+        def retried(led: Any) -> bool:
+            return bool(led.append([ev(9)], batch_id="x").duplicate)
+
+        with self.make_ledger(tmp_path / "a", batch_window=window) as live:
+            assert not live.append([ev(0)], batch_id="x").duplicate
+            with self.make_ledger(tmp_path / "a") as other:  # frames by another writer count
+                for k in range(later):
+                    other.append([ev(k)], batch_id=f"other-{k}" if k % 2 else None)
+            live_says = retried(live)
+        with self.make_ledger(tmp_path / "b") as w:
+            w.append([ev(0)], batch_id="x")
+            for k in range(later):
+                w.append([ev(k)], batch_id=f"other-{k}" if k % 2 else None)
+        with self.make_ledger(tmp_path / "b", batch_window=window) as reopened:
+            reopened_says = retried(reopened)
+        assert live_says == reopened_says == (later < window)
+
+    def test_batch_id_window_moves_on(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path, batch_window=2) as led:
+            for k in range(6):
+                led.append([ev(k)], batch_id=f"b{k}")
+                assert led.append([ev(k)], batch_id=f"b{k}").duplicate
+                if k >= 2:
+                    assert not led.append([ev(k)], batch_id=f"b{k - 2}").duplicate
+                    assert led.append([ev(k)], batch_id=f"b{k - 2}").duplicate
+
     def snapshot(self, tmp_path: Path) -> dict[str, bytes]:
         """Every file under ``tmp_path`` (name -> bytes): "nothing was written"."""
         return {
@@ -476,7 +570,9 @@ class TestFileLedger(LedgerContract):
             pytest.param(lambda raw: bytes(4096), id="zero-filled"),
         ],
     )
-    def test_torn_new_segment_is_ignored_then_moved_aside(self, tmp_path: Path, damage: Any) -> None:
+    def test_torn_new_segment_is_ignored_then_moved_aside(
+        self, tmp_path: Path, damage: Any
+    ) -> None:
         """Regression: a last segment whose header is incomplete or all zeros and which
         holds no frame (a power cut while it was created, sync="none") made the log
         fail closed for good. It is a torn tail: readers ignore it, a writer moves it
@@ -634,3 +730,149 @@ class TestFileLedger(LedgerContract):
             assert led.head == base - 1
             assert led.verify().ok
             assert led.append([ev(1000)]).first_seq == base
+
+    # --- regressions: a frame readers cannot decode, header version 0, stray temp files ---
+
+    @pytest.mark.parametrize("shape", ["whole-payload", "events-only"])
+    def test_log_holding_an_undecodable_frame_opens_and_reports(
+        self, tmp_path: Path, shape: str
+    ) -> None:
+        """Regression: a checksummed frame whose payload cbor2 refuses (written before
+        append refused such data) made every Ledger.open raise a bare ValueError. It is
+        now a CorruptLogError naming segment and byte offset, and verify reports it."""
+        log = tmp_path / "log"
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1)])
+            led.append([ev(2)])
+            digest, end = led.head_digest, (log / f"{1:020d}.seg").stat().st_size
+        deep = nested(450, lambda x: [x], [])
+        payload = (
+            cbor2.dumps(deep)
+            if shape == "whole-payload"
+            else payload_prefix(1.0, None) + cbor2.dumps([["k", None, {"d": deep}]])
+        )
+        frame, _ = encode_frame(digest, 3, 1, payload)
+        with open(log / f"{1:020d}.seg", "ab") as f:
+            f.write(frame)
+        before = self.snapshot(tmp_path)
+        for readonly in (True, False):
+            led = self.make_ledger(tmp_path, readonly=readonly)  # never a bare ValueError
+            with pytest.raises(CorruptLogError) as info:
+                list(led.read())
+            assert (info.value.segment.name, info.value.offset) == (f"{1:020d}.seg", end)
+            rep = led.verify()
+            assert not rep.ok and (rep.problems[0].segment, rep.problems[0].offset) == (
+                f"{1:020d}.seg",
+                end,
+            )
+            if shape == "whole-payload":  # opening needs the last frame's ``at``
+                with pytest.raises(CorruptLogError):
+                    _ = led.head
+            led.close()
+        assert self.snapshot(tmp_path) == before
+
+    def test_segment_header_version_0_is_corrupt(self, tmp_path: Path) -> None:
+        """Regression: version 0 (which never existed) was accepted."""
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1)])
+        seg = next((tmp_path / "log").glob("*.seg"))
+        data = bytearray(seg.read_bytes())
+        struct.pack_into("<H", data, 8, 0)
+        data[56:64] = blake3.blake3(bytes(data[:56])).digest()[:8]
+        seg.write_bytes(bytes(data))
+        for readonly in (True, False):
+            with self.make_ledger(tmp_path, readonly=readonly) as led:
+                for op in (lambda: led.head, lambda: list(led.read())):
+                    with pytest.raises(CorruptLogError) as info:
+                        op()
+                    assert not isinstance(info.value, UnsupportedFormatError)
+                    assert "version 0" in str(info.value) and info.value.offset == 0
+                rep = led.verify()
+                assert not rep.ok and "version 0" in rep.problems[0].error
+        assert seg.read_bytes() == bytes(data)
+
+    def test_stray_segment_temp_files_are_removed_by_a_writer(self, tmp_path: Path) -> None:
+        """Regression: a writer killed while creating a segment left ``<base>.seg.tmp``
+        behind for good. It never holds data (a segment appears only by rename): the
+        next writer removes it, under the lock. Readers leave it alone."""
+        log = tmp_path / "log"
+        with self.make_ledger(tmp_path) as led:
+            led.append([ev(1)])
+        stray = [log / f"{2:020d}.seg.tmp", log / f"{99:020d}.seg.tmp"]
+        for p in stray:
+            p.write_bytes(b"CTXLSEG\x00 half a header")
+        other = log / "notes.seg.tmp"  # not a name ctxledger makes: not ours to remove
+        other.write_bytes(b"x")
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert ro.head == 1 and ro.verify().ok
+        with self.make_ledger(tmp_path) as led:
+            assert led.head == 1
+            assert all(p.exists() for p in stray)  # only an append (under the lock) sweeps
+            led.append([ev(2)])
+            assert not any(p.exists() for p in stray) and other.exists()
+            assert [e.data["i"] for e in led.read()] == [1, 2]
+
+    # --- reads by seq through the frame index ---------------------------------------------
+
+    def test_reads_by_seq_match_a_full_read(self, tmp_path: Path) -> None:
+        """Every ``read(s, t)``, ``read_batches(s)`` and ``digest_at(s)`` agrees with a
+        full read, whichever way the frame index is built (cold, warm, extended)."""
+        digests = {0: GENESIS_DIGEST}
+        with self.make_ledger(tmp_path, segment_bytes=64 * 1024, sync="none") as led:
+            for i in range(700):
+                r = led.append([ev(i, pad="p" * (i % 90)) for _ in range(1 + i % 3)])
+                digests[r.last_seq] = led.head_digest
+            head = led.head
+        assert len(list((tmp_path / "log").glob("*.seg"))) >= 3
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            everything = [(e.seq, e.data, e.at) for e in ro.read()]
+            batches = list(ro.read_batches())
+        assert [s for s, _d, _a in everything] == list(range(1, head + 1))
+        for cold in (True, False):
+            ro = self.make_ledger(tmp_path, readonly=True)
+            for s in list(range(1, head + 1, 7)) + [head]:
+                if cold:
+                    ro.close()
+                    ro = self.make_ledger(tmp_path, readonly=True)
+                got = [(e.seq, e.data, e.at) for e in ro.read(s, s + 4)]
+                assert got == everything[s - 1 : s + 4]
+                assert ro.digest_at(s) == digests.get(s)
+                firsts = [b[1] for b in ro.read_batches(s)]
+                assert firsts == [b[1] for b in batches if b[1] + len(b[2]) > s]
+            assert [e.seq for e in ro.read(head - 3)] == list(range(head - 3, head + 1))
+            ro.close()
+
+    def test_index_follows_a_growing_segment(self, tmp_path: Path) -> None:
+        with self.make_ledger(tmp_path, sync="none") as w, self.make_ledger(
+            tmp_path, readonly=True
+        ) as ro:
+            for i in range(200):
+                w.append([ev(i, pad="q" * 200)])
+                if i % 9 == 0:
+                    assert [e.data["i"] for e in ro.read(i + 1, i + 1)] == [i]
+                    assert ro.digest_at(i + 1) == w.head_digest
+            assert [e.data["i"] for e in ro.read(150)] == list(range(149, 200))
+
+    def test_a_stale_index_is_never_trusted(self, tmp_path: Path) -> None:
+        """A frame an index walked can be cut again (its writer's fsync failed) and
+        others written in its place: reads through the index notice and reread."""
+        log = tmp_path / "log"
+        with self.make_ledger(tmp_path, sync="none") as w:
+            for i in range(300):
+                w.append([ev(i, pad="s" * 150)])
+        seg = next(log.glob("*.seg"))
+        raw = seg.read_bytes()
+        with self.make_ledger(tmp_path, readonly=True) as ro:
+            assert [e.data["i"] for e in ro.read(250, 250)] == [249]  # indexes the segment
+            # cut back to seq 100 and write different batches in its place
+            frames = list(iter_frames(raw, SEGMENT_HEADER_SIZE, GENESIS_DIGEST, 1))
+            seg.write_bytes(raw[: frames[99].end])
+            with self.make_ledger(tmp_path, sync="none") as w:
+                for i in range(200):
+                    w.append([ev(1000 + i, pad="t" * (300 + i % 7))])  # grows past the old end
+                want = [(e.seq, e.data) for e in w.read()]
+                digest = w.digest_at(250)
+            for s in (99, 100, 101, 180, 250, 299, 300):
+                assert [(e.seq, e.data) for e in ro.read(s, s)] == want[s - 1 : s]
+            assert ro.digest_at(250) == digest
+            assert [(e.seq, e.data) for e in ro.read(240)] == want[239:]

@@ -656,3 +656,182 @@ def test_lock_timeout_names_the_holder(tmp_path: Path) -> None:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+# --- (f) syncs that must happen, in the order they must happen ---------------------------------
+
+
+def fd_name(fd: int) -> str:
+    return os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+
+
+class SyncSpy:
+    """Records every sync and truncate the ledger asks for: ``(op, file name, segments)``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, log: Path) -> None:
+        self.log, self.calls = log, []  # type: ignore[var-annotated]
+        for op in ("fsync", "fdatasync", "ftruncate"):
+            real = getattr(_osio, op)
+            monkeypatch.setattr(_osio, op, self._wrap(op, real))
+
+    def _wrap(self, op: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(fd: int, *args: Any) -> Any:
+            segs = sorted(p.name for p in self.log.glob("*.seg"))
+            self.calls.append((op, fd_name(fd), segs))
+            return real(fd, *args)
+
+        return call
+
+
+needs_proc_fd = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+
+
+@needs_proc_fd
+def test_batch_mode_syncs_a_segment_before_sealing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: with sync="batch" a roll sealed the segment without syncing the
+    frames written to it since the last sync; they relied on the OS's writeback."""
+    log = tmp_path / "log"
+    led = Ledger.open(log, sync="batch", sync_interval=3600, segment_bytes=4096)
+    led.append([ev(0)])
+    led.flush()
+    spy = SyncSpy(monkeypatch, log)
+    first = f"{1:020d}.seg"
+    while len(list(log.glob("*.seg"))) < 2:
+        led.append([ev(1, pad=300)])
+    syncs = [(op, name, segs) for op, name, segs in spy.calls if op == "fdatasync"]
+    assert syncs and syncs[0][1] == first
+    assert syncs[0][2] == [first]  # synced before the next segment existed
+    head = led.head
+    led.close()
+    monkeypatch.undo()
+    check_reopened(log, [0] + [1] * (head - 1))
+
+
+@needs_proc_fd
+def test_batch_mode_syncs_before_following_another_writers_roll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "log"
+    b = Ledger.open(log, sync="batch", sync_interval=3600, segment_bytes=4096)
+    b.append([ev(0)])
+    b.flush()
+    b.append([ev(1)])  # unsynced, in segment 1
+    spy = SyncSpy(monkeypatch, log)
+    with Ledger.open(log, segment_bytes=4096, sync="none") as a:
+        while len(list(log.glob("*.seg"))) < 2:
+            a.append([ev(2, pad=300)])
+    spy.calls.clear()
+    b.append([ev(3)])  # b follows a into segment 2: segment 1 must be synced first
+    assert [(op, name) for op, name, _ in spy.calls][:1] == [("fdatasync", f"{1:020d}.seg")]
+    b.close()
+
+
+def test_failed_sync_before_a_roll_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "log"
+    acked: list[int] = []
+    led = Ledger.open(log, sync="batch", sync_interval=3600, segment_bytes=4096)
+    fill_to_roll(led, log, acked)
+    monkeypatch.setattr(_osio, "fdatasync", oserror(errno.EIO))
+    with pytest.raises(LedgerIOError):
+        led.append([ev(99)])
+    monkeypatch.undo()
+    assert len(list(log.glob("*.seg"))) == 1
+    with pytest.raises(WriterPoisonedError):
+        led.append([ev(100)])
+    led.close()
+    check_reopened(log, acked)
+
+
+@needs_proc_fd
+def test_flush_in_none_mode_covers_segments_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "log"
+    led = Ledger.open(log, sync="none", segment_bytes=4096)
+    acked: list[int] = []
+    fill_to_roll(led, log, acked)
+    led.append([ev(len(acked))])  # rolls; no sync in "none" mode
+    spy = SyncSpy(monkeypatch, log)
+    led.flush()
+    assert {name for op, name, _ in spy.calls if op == "fdatasync"} == {
+        f"{1:020d}.seg",
+        sorted(log.glob("*.seg"))[-1].name,
+    }
+    led.close()
+
+
+@needs_proc_fd
+def test_torn_tail_copy_is_durable_before_the_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the quarantined copy of a torn tail was written but not synced
+    before the segment was truncated, so a power cut could lose both."""
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([ev(0)])
+    seg = next(log.glob("*.seg"))
+    with open(seg, "ab") as f:
+        f.write(b"half a frame")
+    spy = SyncSpy(monkeypatch, log)
+    for sync in ("none", "always"):  # the copy is synced whatever the sync mode
+        spy.calls.clear()
+        with Ledger.open(log, sync=sync) as led:  # type: ignore[arg-type]
+            led.append([ev(1)])
+        ops = [(op, name) for op, name, _ in spy.calls]
+        cut = ops.index(("ftruncate", seg.name))
+        copy = [n for n in os.listdir(log / "quarantine") if n.endswith(".torn")]
+        assert ("fsync", sorted(copy)[-1]) in ops[:cut]  # the copy
+        assert ("fsync", "quarantine") in ops[:cut]  # and its directory entry
+        with open(seg, "ab") as f:
+            f.write(b"another half frame")
+    monkeypatch.undo()
+    check_reopened(log, [0, 1, 1])
+
+
+def test_torn_tail_copies_never_overwrite_each_other(tmp_path: Path) -> None:
+    """Regression: a second torn tail at the same offset overwrote the first copy."""
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([ev(0)])
+    seg = next(log.glob("*.seg"))
+    end = seg.stat().st_size
+    junk = [b"first torn tail", b"second one", b"and a third"]
+    for j in junk:
+        with open(seg, "ab") as f:
+            f.write(j)
+        with Ledger.open(log) as led:
+            led.append([ev(1)])
+        with open(seg, "r+b") as f:  # cut the appended frame again: same torn offset next time
+            f.truncate(end)
+    q = log / "quarantine"
+    names = sorted(os.listdir(q))
+    assert names == sorted(
+        [f"{seg.name}.{end}.torn", f"{seg.name}.{end}.1.torn", f"{seg.name}.{end}.2.torn"]
+    )
+    assert sorted((q / n).read_bytes() for n in names) == sorted(junk)
+
+
+def test_failed_copy_of_a_torn_tail_cuts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([ev(0)])
+    seg = next(log.glob("*.seg"))
+    with open(seg, "ab") as f:
+        f.write(b"torn bytes")
+    damaged = seg.read_bytes()
+    led = Ledger.open(log)
+    monkeypatch.setattr(_osio, "fsync", oserror(errno.EIO))
+    with pytest.raises(LedgerIOError):
+        led.append([ev(1)])
+    monkeypatch.undo()
+    assert seg.read_bytes() == damaged  # not cut
+    assert not [p for p in (log / "quarantine").iterdir()]  # no half copy left
+    assert led.append([ev(1)]).first_seq == 2  # nothing was acknowledged; try again
+    led.close()
+    check_reopened(log, [0, 1])
