@@ -120,9 +120,19 @@ def tree_bytes(root: Path) -> dict[str, tuple[int, bytes]]:
     return out
 
 
-def flip_byte(path: Path, offset: int) -> bytes:
-    """Invert one byte of ``path`` (offset taken modulo its size); return the new content."""
+def flip_byte(path: Path, offset: int, *, in_place: bool = False) -> bytes:
+    """Invert one byte of ``path`` (offset taken modulo its size); return the new content.
+
+    By default the damaged copy replaces the file by rename (a new inode, as an
+    editor or ``cp --remove-destination`` would); ``in_place`` rewrites the
+    same inode (as ``cp`` over an existing file, or bit rot, would).
+    """
     raw = bytearray(path.read_bytes())
     raw[offset % len(raw)] ^= 0xFF
-    path.write_bytes(bytes(raw))
+    if in_place:
+        path.write_bytes(bytes(raw))
+    else:
+        tmp = path.with_name(path.name + ".garbling")
+        tmp.write_bytes(bytes(raw))
+        os.replace(tmp, path)
     return bytes(raw)
