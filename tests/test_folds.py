@@ -131,6 +131,7 @@ def test_incremental_equals_rebuild_replay_and_fresh_fold(
         ref = RefCache()
         at_seq: dict[int, dict[str, Any]] = {0: ref.snapshot()}
         listings: dict[int, list[EntrySummary]] = {0: []}
+        batch_ends: list[tuple[float, int]] = []  # (at, last seq) of every batch
         store = open_store(root)
         try:
             for batch, action in steps:
@@ -139,6 +140,7 @@ def test_incremental_equals_rebuild_replay_and_fresh_fold(
                     ref.apply(e.kind, e.key, e.data, r.first_seq + i, r.at)
                     at_seq[r.first_seq + i] = ref.snapshot()
                     listings[r.first_seq + i] = ref.listing()
+                batch_ends.append((r.at, r.last_seq))
                 stats = store.stats()  # catches up
                 assert view_state(store).snapshot() == ref.snapshot()
                 assert stats["skipped_unknown_events"] == ref.unknown
@@ -161,6 +163,8 @@ def test_incremental_equals_rebuild_replay_and_fresh_fold(
                                   res.seq, next(store.ledger.read(res.seq, res.seq)).at)
                         at_seq[res.seq] = ref.snapshot()
                         listings[res.seq] = ref.listing()
+                    at = next(store.ledger.read(rs[-1].seq, rs[-1].seq)).at
+                    batch_ends.append((at, rs[-1].seq))
                 assert view_state(store).snapshot() == ref.snapshot()
 
             head = store.ledger.head
@@ -177,6 +181,14 @@ def test_incremental_equals_rebuild_replay_and_fresh_fold(
                 assert store.list(as_of=seq, limit=10**6) == listings[seq]
                 assert replay(root, until=seq)["views"][cache_mod.NAME] == replay_form(at_seq[seq])
             assert store.list(as_of=head + 100, limit=10**6) == listings[head]
+            # as_of a time: every batch appended at or before it
+            for at, _last in batch_ends:
+                seq = max(last for t, last in batch_ends if t <= at)
+                assert store.list(as_of=at, limit=10**6) == listings[seq]
+                assert replay(root, until=at)["until_seq"] == seq
+            first_at = batch_ends[0][0]
+            assert store.list(as_of=first_at - 1.0, limit=10**6) == []
+            assert store.list(as_of=batch_ends[-1][0] + 1e6, limit=10**6) == listings[head]
 
             # idempotent: re-applying anything at or below the watermark changes nothing
             state = view_state(store)
@@ -216,6 +228,26 @@ def test_checkpoint_round_trip_is_exact(events: list[Event], data: st.DataObject
         part.apply(ev)
     assert CacheState.from_bytes(part.to_bytes()).snapshot() == whole.snapshot()
     assert part.snapshot() == whole.snapshot()
+
+
+def test_rebuild_one_view_or_all(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    with open_store(tmp_path) as store:
+        for projection in (cache_mod.NAME, None):
+            report = store.rebuild(projection)
+            assert report["events"] == expected["seq"] and report["head_seq"] == expected["seq"]
+            assert view_state(store).snapshot() == expected
+        with pytest.raises(ValueError, match="unknown projection"):
+            store.rebuild("no-such-view")
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+
+
+def test_as_of_rejects_negative_and_boolean(tmp_path: Path) -> None:
+    build(tmp_path)
+    with open_store(tmp_path) as store:
+        for bad in (-1, -0.5, True):
+            with pytest.raises(ValueError):
+                store.list(as_of=bad)
 
 
 def test_keys_with_trailing_nul_bytes_stay_distinct(tmp_path: Path) -> None:
