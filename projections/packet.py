@@ -32,7 +32,10 @@ def cache_key_of(canonical: bytes) -> str:
 
 
 def check_packet(packet: object, max_bytes: int = DEFAULT_MAX_PACKET_BYTES) -> tuple[dict[str, Any], bytes]:
-    """Return ``(packet, canonical_bytes)`` or raise :class:`InvalidPacketError`."""
+    """Return ``(body, canonical_bytes)`` or raise :class:`InvalidPacketError`.
+
+    ``body`` is the packet decoded from its canonical bytes: what the log reads back.
+    """
     if not isinstance(packet, Mapping):
         raise InvalidPacketError(f"a packet must be a JSON object, got {_json_type(packet)}")
     target = packet.get("target")
@@ -52,7 +55,10 @@ def check_packet(packet: object, max_bytes: int = DEFAULT_MAX_PACKET_BYTES) -> t
         raise InvalidPacketError(
             f"packet is {len(data)} bytes encoded, over the {max_bytes}-byte limit"
         )
-    return dict(packet), data
+    # the packet as the log will give it back (plain dicts and lists, no tuples or
+    # other mappings): views fold a fresh append from memory, a rebuild from the log
+    body: dict[str, Any] = cbor2.loads(data)
+    return body, data
 
 
 def parse_packet_json(text: str | bytes) -> object:

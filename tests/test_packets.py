@@ -77,6 +77,31 @@ def test_key_order_does_not_matter_to_the_store(tmp_path: Path) -> None:
         assert entry.metadata["seq"] == rb.seq  # the refresh is the live put
 
 
+def test_the_stored_body_is_the_packet_as_the_log_gives_it_back(tmp_path: Path) -> None:
+    """Views fold what this process appended without reading it back, so the body it
+    appends must already be what a rebuild reads: plain dicts and lists."""
+    import collections
+    import types
+    pkt = {"target": "t", "paths": ["a.py"],
+           "payload": types.MappingProxyType({"k": "needletwo", "t": ("needleone", 1),
+                                              "o": collections.OrderedDict(x="needlethree")})}
+    body, canon = check_packet(pkt)
+    assert type(body) is dict and type(body["payload"]) is dict
+    assert body["payload"]["t"] == ["needleone", 1] and type(body["payload"]["o"]) is dict
+    assert canonical_bytes(body) == canon
+    with ContextStore.open(tmp_path) as store:
+        store.stats()  # views loaded: the put is folded from memory
+        r = store.put(pkt)
+        assert r.cache_key == key_of(body)
+        entry = store.get(r.cache_key)
+        assert entry is not None and entry.body == body
+        queries = ("needleone", "needletwo", "needlethree")
+        before = [[h.cache_key for h in store.recall(q)] for q in queries]
+        assert before == [[r.cache_key]] * 3
+        store.rebuild()
+        assert [[h.cache_key for h in store.recall(q)] for q in queries] == before
+
+
 def test_value_types_change_the_key() -> None:
     one = key_of({"target": "t", "payload": {"n": 1}})
     assert one != key_of({"target": "t", "payload": {"n": 1.0}})
