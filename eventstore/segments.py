@@ -238,11 +238,12 @@ def quarantine_bytes(log_dir: Path, stem: str, data: bytes) -> Path:
     return path
 
 
-def quarantine_file(log_dir: Path, src: Path, suffix: str) -> Path:
-    """Move ``src`` to ``quarantine/<name>.<suffix>`` (never over an existing file) and
-    sync both directories; call only while holding the writer lock. Raises ``OSError``."""
+def quarantine_file(log_dir: Path, src: Path, stem: str) -> Path:
+    """Move ``src`` to ``quarantine/<stem>.torn`` (or ``<stem>.<n>.torn``; never over an
+    existing file) and sync both directories; call only while holding the writer lock.
+    Raises ``OSError``."""
     qdir, _created = _quarantine_dir(log_dir)
-    for path in _candidates(qdir, src.name, suffix):
+    for path in _candidates(qdir, stem, "torn"):
         if not os.path.lexists(path):
             break
     _osio.replace(src, path)
