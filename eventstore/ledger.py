@@ -122,7 +122,8 @@ class Ledger:
         self._active_base = 0
         self._active_path: Path | None = None
         self._roll_at = segment_bytes
-        self._fd = -1  # on the active segment: O_RDWR for writers, O_RDONLY read-only
+        self._fd = -1  # on the active segment: O_RDONLY until this handle writes to it
+        self._fd_writable = False
         self._end = 0
         self._head = 0
         self._digest = GENESIS_DIGEST
@@ -239,7 +240,7 @@ class Ledger:
         if self._fd >= 0:
             self._sync_before_leaving()
             os.close(self._fd)
-            self._fd = -1
+            self._fd, self._fd_writable = -1, False
         self._active_base, self._active_path, self._roll_at = base, path, roll_bytes
         self._end, self._torn = SEGMENT_HEADER_SIZE, None
         self._active_checked = True  # new, or about to be walked in full by the caller
@@ -476,11 +477,6 @@ class Ledger:
         self._refresh()
         self._check_active()
         self._end_stable = True  # under the lock nobody can cut what we see now
-        if not self._swept:
-            sweep_tmp(self.log_dir)
-            self._swept = True
-        if self._torn_seg is not None:
-            self._set_aside_torn_segment()
         if batch_id is not None:
             seen = self._batch_index().get(batch_id)
             if seen is not None:
@@ -488,9 +484,15 @@ class Ledger:
                 return Receipt(r.first_seq, r.last_seq, r.at, batch_id, duplicate=True)
         if expected_head is not None and expected_head != self._head:
             raise HeadMismatchError(expected_head, self._head)
+        # this append writes: tidy what crashes left (never data), then write
+        if not self._swept:
+            sweep_tmp(self.log_dir)
+            self._swept = True
+        if self._torn_seg is not None:
+            self._set_aside_torn_segment()
         if self._active_path is None or self._end >= self._roll_at:
             self._roll()
-        fd = self._active_fd()
+        fd = self._active_fd(write=True)
         if self._torn is not None:
             self._repair_tail(fd)
         at = max(time.time(), self._last_at)
@@ -590,20 +592,23 @@ class Ledger:
             except OSError:
                 pass
 
-    def _active_fd(self) -> int:
-        if self._fd < 0:
-            assert self._active_path is not None
-            try:
-                self._fd = os.open(
-                    self._active_path, os.O_RDONLY if self.readonly else os.O_RDWR
-                )
-            except OSError as e:
-                raise LedgerIOError(f"cannot open {self._active_path}: {e.strerror}") from e
-        return self._fd
+    def _active_fd(self, write: bool = False) -> int:
+        """The descriptor on the active segment (read-only until a write needs it)."""
+        if self._fd >= 0 and (self._fd_writable or not write):
+            return self._fd
+        assert self._active_path is not None
+        try:
+            fd = os.open(self._active_path, os.O_RDWR if write else os.O_RDONLY)
+        except OSError as e:
+            raise LedgerIOError(f"cannot open {self._active_path}: {e.strerror}") from e
+        if self._fd >= 0:  # a read-only one: nothing was written through it
+            os.close(self._fd)
+        self._fd, self._fd_writable = fd, write
+        return fd
 
     def _roll(self) -> None:
         if self._torn is not None:  # a torn tail in a full segment: cut it before sealing
-            self._repair_tail(self._active_fd())
+            self._repair_tail(self._active_fd(write=True))
         self._sync_before_leaving()  # sync="batch": seal only synced frames
         base = self._head + 1
         path = create_segment(
@@ -1031,7 +1036,7 @@ class Ledger:
                 self._closed = True
                 if self._fd >= 0:
                     os.close(self._fd)
-                    self._fd = -1
+                    self._fd, self._fd_writable = -1, False
                 if self._lock is not None:
                     self._lock.close()
                 with self._index_lock:
