@@ -664,7 +664,7 @@ class Ledger:
         frames = self._batch_frames
         while frames and frames[0][0] <= oldest:
             n, bid = frames.popleft()
-            if batches.get(bid, (0,))[0] == n:
+            if batches.get(bid, (None,))[0] == n:  # not re-committed since
                 del batches[bid]
 
     def _note_batches(self, data: bytes, tail: Tail, start: int = 0) -> None:
