@@ -53,27 +53,6 @@ MAX_DATA_DEPTH = 200
 
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})
 _KINDS_OK: set[str] = set()  # kinds that passed KIND_RE (a cache: kinds repeat)
-_new_event = object.__new__
-_set_kind, _set_key, _set_data, _set_seq, _set_at = (
-    Event.__dict__[name].__set__ for name in ("kind", "key", "data", "seq", "at")
-)
-
-
-def make_event(kind: str, key: str | None, data: Any, seq: int, at: float) -> Event:
-    """An :class:`Event` built without ``__init__``, for readers of checked frames.
-
-    ``Event`` is a frozen slotted attrs class with no validators or converters,
-    so setting its five slots directly builds exactly what ``__init__`` would.
-    """
-    e = _new_event(Event)
-    _set_kind(e, kind)
-    _set_key(e, key)
-    _set_data(e, data)
-    _set_seq(e, seq)
-    _set_at(e, at)
-    return e
-
-
 def _too_deep() -> InvalidEventError:
     return InvalidEventError(
         f"event data nests deeper than {MAX_DATA_DEPTH} levels of maps and arrays"
@@ -136,7 +115,7 @@ def _check(event: object) -> bool:
     if type(event) is not Event and not isinstance(event, Event):
         raise InvalidEventError(f"expected an Event, got {type(event).__name__}")
     kind = event.kind
-    if kind not in _KINDS_OK:
+    if type(kind) is not str or kind not in _KINDS_OK:
         if not isinstance(kind, str) or not kind:
             raise InvalidEventError("event kind must be a non-empty string")
         if len(kind) > MAX_KIND_LEN or not KIND_RE.fullmatch(kind):

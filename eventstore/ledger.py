@@ -81,6 +81,10 @@ INDEX_MIN_BYTES = 1024 * 1024
 # what Ledger._scan yields
 _BATCHES, _EVENTS, _DIGESTS = 0, 1, 2
 
+# Readers build each Event without __init__: object.__new__ and the five slot setters.
+# Event is a frozen slotted attrs class with no validators, converters or cached hash,
+# so this builds exactly what Event(kind, key, data, seq=seq, at=at) would, in about
+# half the time (the frozen __init__ goes through object.__setattr__ per field).
 _new = object.__new__
 _set_kind, _set_key, _set_data, _set_seq, _set_at = (
     Event.__dict__[name].__set__ for name in ("kind", "key", "data", "seq", "at")

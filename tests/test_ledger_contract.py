@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import blake3
 import cbor2
 import pytest
@@ -113,6 +114,19 @@ class LedgerContract:
             a, b = list(led.read())
             assert (a.kind, a.key, a.data) == ("task.created", "t1", data)
             assert (b.kind, b.key, b.data) == ("task.note", None, {})
+
+    def test_events_read_back_are_ordinary_events(self, tmp_path: Path) -> None:
+        """Readers build events without ``__init__`` (for speed): they must be the same."""
+        with self.make_ledger(tmp_path) as led:
+            r = led.append([Event("task.note", "k", {"n": [1]}), Event("task.note")])
+            a, b = list(led.read())
+            assert a == Event("task.note", "k", {"n": [1]}, seq=1, at=r.at)
+            assert b == Event("task.note", None, {}, seq=2, at=r.at)
+            assert repr(a) == repr(Event("task.note", "k", {"n": [1]}, seq=1, at=r.at))
+            assert type(a) is Event and attrs.asdict(b)["seq"] == 2
+            with pytest.raises(attrs.exceptions.FrozenInstanceError):
+                a.kind = "other"  # type: ignore[misc]
+            assert attrs.evolve(a, key="k2").key == "k2"
 
     def test_read_range(self, tmp_path: Path) -> None:
         with self.make_ledger(tmp_path) as led:
@@ -253,6 +267,7 @@ class LedgerContract:
             pytest.param(lambda: [Event("a..b")], id="bad-kind"),
             pytest.param(lambda: [Event("has space")], id="kind-with-space"),
             pytest.param(lambda: [Event(5)], id="kind-not-str"),  # type: ignore[arg-type]
+            pytest.param(lambda: [Event(["k"])], id="kind-unhashable"),  # type: ignore[arg-type]
             pytest.param(lambda: [Event("k", 7)], id="key-not-str"),  # type: ignore[arg-type]
             pytest.param(lambda: [Event("k", None, [1, 2])], id="data-list"),  # type: ignore[arg-type]
             pytest.param(lambda: [Event("k", None, "x")], id="data-str"),  # type: ignore[arg-type]
