@@ -49,35 +49,41 @@ class CheckpointDir:
     def __init__(self, path: Path, *, readonly: bool) -> None:
         self.path = path
         self.readonly = readonly
-        self._key: bytes | None = None
 
     def _load_key(self, create: bool) -> bytes | None:
-        if self._key is not None:
-            return self._key
+        """The store's MAC key, read from ``KEY`` every time (never cached: another
+        process may have created or replaced it since). With ``create``, a missing
+        or unusable key is replaced by a new one, unless another process got there
+        first, in which case its key is used."""
         kpath = self.path / "KEY"
-        try:
-            key = kpath.read_bytes()
-            if len(key) == 32:
-                self._key = key
-                return key
-        except FileNotFoundError:
-            pass
-        except OSError:
-            return None
-        if not create:
-            return None
+        key, state = _read_key(kpath)
+        if key is not None or not create or state == "unreadable":
+            return key
         # a missing or garbled key makes every existing checkpoint unverifiable: start anew
         key = secrets.token_bytes(32)
-        tmp = self.path / "KEY.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp = self.path / f"KEY.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, key)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, kpath)
-        self._key = key
-        return key
+        try:
+            if state == "garbled":
+                os.replace(tmp, kpath)
+                return key
+            try:
+                os.link(tmp, kpath)  # fails if another process created a KEY meanwhile
+            except FileExistsError:
+                theirs, _ = _read_key(kpath)
+                if theirs is not None:
+                    return theirs
+                os.replace(tmp, kpath)
+            except OSError:  # no hard links on this file system
+                os.replace(tmp, kpath)
+            return key
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def load(self, name: str, refused: list[str]) -> Iterator[Checkpoint]:
         """Authentic checkpoints of ``name``, primary first, verified lazily.
@@ -127,7 +133,8 @@ class CheckpointDir:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             key = self._load_key(create=True)
-            assert key is not None
+            if key is None:
+                raise OSError(f"{self.path / 'KEY'} is unreadable")
             header = cbor2.dumps(
                 {"name": name, "version": version, "seq": seq, "digest": digest,
                  "written_at": time.time()}
@@ -175,6 +182,17 @@ class CheckpointDir:
                 (self.path / (name + suffix)).unlink()
             except FileNotFoundError:
                 pass
+
+
+def _read_key(path: Path) -> tuple[bytes | None, str]:
+    """``(key or None, "ok" | "missing" | "garbled" | "unreadable")``."""
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError:
+        return None, "unreadable"
+    return (key, "ok") if len(key) == 32 else (None, "garbled")
 
 
 def _map(path: Path) -> memoryview:

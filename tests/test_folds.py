@@ -568,6 +568,55 @@ def test_key_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
         assert f.stat().st_mode & 0o077 == 0, f
 
 
+def test_checkpoint_dir_deleted_while_a_store_is_open(tmp_path: Path) -> None:
+    """The next checkpoint must be verifiable with the KEY on disk, not one held in memory."""
+    expected = build(tmp_path)
+    with open_store(tmp_path) as store:
+        assert view_state(store).snapshot() == expected
+        shutil.rmtree(ckpt_dir(tmp_path))
+        store.put({"target": "t", "summary": "after the rm"})
+        expected = view_state(store).snapshot()
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+
+
+def test_key_replaced_while_a_store_is_open(tmp_path: Path) -> None:
+    expected = build(tmp_path)
+    with open_store(tmp_path) as store:
+        assert view_state(store).snapshot() == expected
+        (ckpt_dir(tmp_path) / "KEY").write_bytes(os.urandom(32))  # e.g. another store's KEY
+        store.put({"target": "t", "summary": "after the new key"})
+        expected = view_state(store).snapshot()
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+
+
+def test_two_writers_creating_the_key_agree_on_it(tmp_path: Path, monkeypatch: Any) -> None:
+    """Two processes checkpointing a fresh store at once: one KEY, used by both."""
+    import projections.checkpoints as ck_mod
+    cdir = ckpt_dir(tmp_path)
+    cdir.mkdir(parents=True)
+    a = CheckpointDir(cdir, readonly=False)
+    b = CheckpointDir(cdir, readonly=False)
+    real = ck_mod.secrets.token_bytes
+    raced: list[bool] = []
+
+    def token_bytes(n: int) -> bytes:
+        if not raced:  # b found no KEY; a creates one before b writes its own
+            raced.append(True)
+            a.write("v", 1, 0, b"\0" * 32, b"a")
+        return real(n)
+
+    monkeypatch.setattr(ck_mod.secrets, "token_bytes", token_bytes)
+    b.write("w", 1, 0, b"\0" * 32, b"b")
+    monkeypatch.setattr(ck_mod.secrets, "token_bytes", real)
+    a.write("v", 1, 0, b"\0" * 32, b"a2")
+    fresh = CheckpointDir(cdir, readonly=True)
+    for name in ("v", "w"):
+        refused: list[str] = []
+        assert [c.body for c in fresh.load(name, refused)][:1] == [b"a2" if name == "v" else b"b"]
+        assert refused == []
+    assert not list(cdir.glob("*.tmp"))
+
+
 def test_checkpoints_are_debounced(tmp_path: Path) -> None:
     cfg = StoreConfig(checkpoint_every_events=5, checkpoint_every_seconds=1e9)
     primary = ckpt_dir(tmp_path) / "cache.ckpt"
