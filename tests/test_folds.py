@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -633,6 +634,33 @@ def test_checkpoints_are_debounced(tmp_path: Path) -> None:
         assert primary.read_bytes() == first
     assert primary.read_bytes() != first  # written on close
     assert (ckpt_dir(tmp_path) / "cache.ckpt.bak").read_bytes() == first
+
+
+def test_checkpoints_are_debounced_by_time(tmp_path: Path) -> None:
+    cfg = StoreConfig(checkpoint_every_events=10**6, checkpoint_every_seconds=0.2)
+    primary = ckpt_dir(tmp_path) / "cache.ckpt"
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+        store.list()  # the view is loaded: appends fold into it
+        store.put({"target": "t", "summary": "0"})
+        assert not primary.exists()
+        time.sleep(0.3)
+        store.put({"target": "t", "summary": "1"})
+        assert primary.exists()
+        first = primary.read_bytes()
+        store.put({"target": "t", "summary": "2"})  # too soon again
+        assert primary.read_bytes() == first
+
+
+def test_a_writer_that_never_reads_still_checkpoints(tmp_path: Path) -> None:
+    """Views this process never loaded are loaded and checkpointed once enough piled up."""
+    cfg = StoreConfig(checkpoint_every_events=5, checkpoint_every_seconds=1e9)
+    primary = ckpt_dir(tmp_path) / "cache.ckpt"
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+        store.put_many([{"target": "t", "summary": str(i)} for i in range(5)])
+        assert primary.exists()
+    with Ledger.open(store_dir(tmp_path) / "log", readonly=True) as led:
+        expected = fresh_fold(led)
+    reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
 # --- readers write nothing ----------------------------------------------------------------------
