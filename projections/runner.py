@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from eventstore import Event, Ledger
+from eventstore import Event, Ledger, LedgerIOError
 
 from .checkpoints import CheckpointDir
 
@@ -76,6 +76,7 @@ class Runner:
         self.views: dict[str, View] = {}
         self._claimed: dict[str, int] = {}  # watermark an unloaded view's checkpoint claims
         self._last_ckpt = time.monotonic()
+        self.checkpoint_error: str | None = None  # why the last debounced checkpoint failed
 
     def view(self, name: str, progress: Progress | None = None) -> View:
         """The view ``name``, loaded (checkpoint, then the events after it) on first use."""
@@ -173,7 +174,13 @@ class Runner:
         if pending >= self.every_events or (
             pending and time.monotonic() - self._last_ckpt >= self.every_seconds
         ):
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except LedgerIOError as e:
+                # the append this follows has committed: a checkpoint is only a cache,
+                # so its failure must not make the caller believe the append failed
+                self.checkpoint_error = str(e)
+                self._last_ckpt = time.monotonic()
 
     def checkpoint(self, force: bool = False) -> int:
         """Write every view whose watermark moved (``force``: every view); returns how many."""
@@ -197,6 +204,7 @@ class Runner:
             v.stale = set()
             written += 1
         self._last_ckpt = time.monotonic()
+        self.checkpoint_error = None
         return written
 
     def reset(self, name: str) -> None:

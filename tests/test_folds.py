@@ -663,6 +663,26 @@ def test_a_writer_that_never_reads_still_checkpoints(tmp_path: Path) -> None:
     reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
+def test_a_failed_debounced_checkpoint_does_not_fail_the_put(tmp_path: Path) -> None:
+    """The append committed: put must return (a checkpoint is only a cache)."""
+    cfg = StoreConfig(checkpoint_every_events=2, checkpoint_every_seconds=1e9)
+    store = ContextStore.open(tmp_path, clock=NEVER, config=cfg)
+    try:
+        store.list()
+        shutil.rmtree(ckpt_dir(tmp_path))
+        ckpt_dir(tmp_path).write_text("a file where the directory should be")
+        rs = store.put_many([{"target": "t", "summary": str(i)} for i in range(3)])
+        assert [r.seq for r in rs] == [1, 2, 3]
+        assert store.runner.checkpoint_error is not None
+        assert store.stats()["entries"] == 3
+        assert store.get(rs[0].cache_key) is not None
+        ckpt_dir(tmp_path).unlink()
+        expected = view_state(store).snapshot()
+    finally:
+        store.close()
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+
+
 # --- readers write nothing ----------------------------------------------------------------------
 
 def _read_everything(root: Path) -> dict[str, Any]:
