@@ -216,9 +216,18 @@ class StoreMachine(RuleBasedStateMachine):
         res = self.store.prune(all=True)
         n = len(self.entries)
         assert res == PruneResult(n, 0, {"manual_prune": n} if n else {})
+        self.check_tombstones(set(self.entries), "manual_prune")
         self.evictions["manual_prune"] += n
         self.head += n
         self.entries.clear()
+
+    def check_tombstones(self, keys: set[str], reason: str) -> None:
+        """One cache.evicted per removed entry, with its reason, in one batch after head."""
+        got = list(self.store.ledger.read(self.head + 1))
+        assert len(got) == len(keys)
+        assert {e.key for e in got} == keys
+        assert all((e.kind, dict(e.data)) == ("cache.evicted", {"reason": reason}) for e in got)
+        assert len({e.at for e in got}) <= 1
 
     @rule(data=st.data())
     def prune_ttl(self, data: st.DataObject) -> None:
@@ -240,6 +249,7 @@ class StoreMachine(RuleBasedStateMachine):
         horizon = self.now - (TTL if ttl is None else ttl)
         gone = [k for k, e in self.entries.items() if e.created <= horizon]
         res = self.store.prune(ttl=ttl)
+        self.check_tombstones(set(gone), "expired_ttl")
         for k in gone:
             del self.entries[k]
         n = len(gone)
