@@ -144,19 +144,25 @@ class CheckpointDir:
             h.update(prefix)
             h.update(body)
             primary = self.path / (name + ".ckpt")
-            tmp = self.path / f"{name}.ckpt.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            # unique per writer (process and call): concurrent writers never share one
+            tmp = self.path / f"{name}.ckpt.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                for part in (prefix, body, h.digest()):
-                    view = memoryview(part)
-                    while view:
-                        view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            if rotate and primary.exists():
-                os.replace(primary, self.path / (name + ".ckpt.bak"))
-            os.replace(tmp, primary)
+                try:
+                    for part in (prefix, body, h.digest()):
+                        view = memoryview(part)
+                        while view:
+                            view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if rotate and primary.exists():
+                    os.replace(primary, self.path / (name + ".ckpt.bak"))
+                os.replace(tmp, primary)
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # never leave a partial checkpoint behind
+                raise
+            self._sweep(name)
             dfd = os.open(self.path, os.O_RDONLY)
             try:
                 os.fsync(dfd)
@@ -182,6 +188,27 @@ class CheckpointDir:
                 (self.path / (name + suffix)).unlink()
             except FileNotFoundError:
                 pass
+        self._sweep(name)
+
+    def _sweep(self, name: str) -> None:
+        """Delete temp files that writers which died mid-checkpoint left behind."""
+        try:
+            for p in self.path.glob(f"{name}.ckpt.*.tmp"):
+                pid = p.name[len(name) + 6 :].split(".", 1)[0]
+                if not pid.isdigit() or (int(pid) != os.getpid() and not _alive(int(pid))):
+                    p.unlink(missing_ok=True)
+        except OSError:
+            pass  # best effort: a stray file costs only space
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process
+        return True
+    return True
 
 
 def _read_key(path: Path) -> tuple[bytes | None, str]:

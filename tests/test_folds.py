@@ -618,6 +618,42 @@ def test_two_writers_creating_the_key_agree_on_it(tmp_path: Path, monkeypatch: A
     assert not list(cdir.glob("*.tmp"))
 
 
+def test_temp_files_of_dead_writers_are_swept(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    build(tmp_path)
+    cdir = ckpt_dir(tmp_path)
+    stray = cdir / f"cache.ckpt.{dead.pid}.0badf00d.tmp"
+    live = cdir / f"cache.ckpt.{os.getppid()}.0000beef.tmp"  # a writer still at work
+    for f in (stray, live):
+        f.write_bytes(b"partial checkpoint")
+    with open_store(tmp_path) as store:
+        store.list()
+        store.put({"target": "t", "summary": "one more"})
+    assert not stray.exists() and live.exists()  # swept by the checkpoint on close
+    stray.write_bytes(b"partial checkpoint")
+    with open_store(tmp_path) as store:
+        store.rebuild()
+    assert not stray.exists() and live.exists()
+
+
+def test_a_failed_checkpoint_write_leaves_no_temp_file(tmp_path: Path, monkeypatch: Any) -> None:
+    import projections.checkpoints as ck_mod
+    build(tmp_path)
+    before = sorted(p.name for p in ckpt_dir(tmp_path).iterdir())
+
+    def no_space(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ck_mod.os, "fsync", no_space)
+    with pytest.raises(LedgerError, match="No space left"):
+        CheckpointDir(ckpt_dir(tmp_path), readonly=False).write("cache", 1, 0, b"\0" * 32, b"x")
+    monkeypatch.undo()
+    assert sorted(p.name for p in ckpt_dir(tmp_path).iterdir()) == before
+
+
 def test_checkpoints_are_debounced(tmp_path: Path) -> None:
     cfg = StoreConfig(checkpoint_every_events=5, checkpoint_every_seconds=1e9)
     primary = ckpt_dir(tmp_path) / "cache.ckpt"
