@@ -28,10 +28,19 @@ def demo_root() -> Path:
 
 @click.command("demo")
 @store_options
-@click.option("--packets", type=click.IntRange(min=1, max=1_000_000), default=3000,
-              show_default=True, help="How many stdlib packets to cache.")
-@click.option("--query", default="parse http header", show_default=True,
-              help="What the demo recalls at the end.")
+@click.option(
+    "--packets",
+    type=click.IntRange(min=1, max=1_000_000),
+    default=3000,
+    show_default=True,
+    help="How many stdlib packets to cache.",
+)
+@click.option(
+    "--query",
+    default="parse http header",
+    show_default=True,
+    help="What the demo recalls at the end.",
+)
 def demo(ctx: Ctx, packets: int, query: str) -> None:
     """Cache packets cut from this Python's standard library, then show the store at work.
 
@@ -61,8 +70,11 @@ def demo(ctx: Ctx, packets: int, query: str) -> None:
     if hasattr(store, "recall"):
         t1 = time.perf_counter()
         hits = store.recall(query, limit=5)
-        report["recall"] = {"query": query, "ms": round((time.perf_counter() - t1) * 1000, 2),
-                            "hits": [h.to_json() for h in hits]}
+        report["recall"] = {
+            "query": query,
+            "ms": round((time.perf_counter() - t1) * 1000, 2),
+            "hits": [h.to_json() for h in hits],
+        }
     store.checkpoint()
     report["stats"] = store.stats()
     report["verify"] = store.ledger.verify().to_json()
@@ -80,7 +92,8 @@ def _text(r: dict[str, Any]) -> str:
     lines = [
         f"store      {r['store']}",
         f"ingested   {ing['packets']} stdlib packets in {ing['seconds']:.2f}s "
-        f"({ing['packets'] / max(ing['seconds'], 1e-9):,.0f} packets/s, one atomic batch per {BATCH})",
+        f"({ing['packets'] / max(ing['seconds'], 1e-9):,.0f} packets/s, "
+        f"one atomic batch per {BATCH})",
         "",
         "newest entries (store list --limit 5):",
     ]
@@ -88,10 +101,14 @@ def _text(r: dict[str, Any]) -> str:
         lines.append(f"  {e['cache_key'][:16]}  {iso(e['created_at_unix'])}  {e['target']}")
     if r["get"]:
         body = r["get"]["body"]
-        lines += ["", f"store get --key {r['get']['cache_key'][:16]}...:",
-                  f"  target   {body.get('target')}", f"  summary  {body.get('summary', '')[:90]}",
-                  f"  paths    {', '.join(body.get('paths', [])[:3])}",
-                  f"  symbols  {', '.join(body.get('symbols', [])[:4])}"]
+        lines += [
+            "",
+            f"store get --key {r['get']['cache_key'][:16]}...:",
+            f"  target   {body.get('target')}",
+            f"  summary  {body.get('summary', '')[:90]}",
+            f"  paths    {', '.join(body.get('paths', [])[:3])}",
+            f"  symbols  {', '.join(body.get('symbols', [])[:4])}",
+        ]
     if "recall" in r:
         rc = r["recall"]
         lines += ["", f"recall {rc['query']!r} ({rc['ms']} ms):"]
@@ -102,8 +119,8 @@ def _text(r: dict[str, Any]) -> str:
         "",
         f"stats      {st['entries']} live entries, head seq {st['head_seq']}, "
         f"evictions {sum(st['evictions'].values())}",
-        f"verify     {'ok' if v['ok'] else 'FAILED'}: {v['events']} events in {v['frames']} frames, "
-        f"{len(v['problems'])} problems",
+        f"verify     {'ok' if v['ok'] else 'FAILED'}: {v['events']} events in "
+        f"{v['frames']} frames, {len(v['problems'])} problems",
         "",
         f"explore:   ctxledger store list --root {r['root']}",
         f"           ctxledger log show --root {r['root']} --limit 3",

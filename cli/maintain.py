@@ -12,7 +12,9 @@ from .views import SEQ_OR_TIME, open_store, progress_bar
 
 @click.command("replay")
 @store_options
-@click.option("--until", type=SEQ_OR_TIME, help="Stop at SEQ, or at the last event at or before TIME.")
+@click.option(
+    "--until", type=SEQ_OR_TIME, help="Stop at SEQ, or at the last event at or before TIME."
+)
 def replay(ctx: Ctx, until: int | float | None) -> None:
     """Fold the log into fresh in-memory views and report counts.
 

@@ -20,22 +20,55 @@ from .views import SEQ_OR_TIME, TIME, open_store
 @click.option("--until", type=TIME, help="Cached at or before TIME.")
 @click.option("--target", help="Only entries of this reducer target.")
 @click.option("--task", "task_id", help="Task id for task-first / task-only scopes.")
-@click.option("--scope", type=click.Choice(SCOPES), default="global", show_default=True,
-              help="global; task-first (the task's entries first); task-only.")
-@click.option("--path", "paths", multiple=True, help="Only entries touching this path (repeatable).")
-@click.option("--symbol", "symbols", multiple=True, help="Only entries naming this symbol (repeatable).")
-@click.option("--packet-type", "packet_types", multiple=True, help="Only these packet types (repeatable).")
-@click.option("--as-of", "as_of", type=SEQ_OR_TIME, help="Recall as the store stood at SEQ or TIME.")
-def recall(ctx: Ctx, query: str, limit: int, since: float | None, until: float | None,
-           target: str | None, task_id: str | None, scope: str, paths: tuple[str, ...],
-           symbols: tuple[str, ...], packet_types: tuple[str, ...],
-           as_of: int | float | None) -> None:
+@click.option(
+    "--scope",
+    type=click.Choice(SCOPES),
+    default="global",
+    show_default=True,
+    help="global; task-first (the task's entries first); task-only.",
+)
+@click.option(
+    "--path", "paths", multiple=True, help="Only entries touching this path (repeatable)."
+)
+@click.option(
+    "--symbol", "symbols", multiple=True, help="Only entries naming this symbol (repeatable)."
+)
+@click.option(
+    "--packet-type", "packet_types", multiple=True, help="Only these packet types (repeatable)."
+)
+@click.option(
+    "--as-of", "as_of", type=SEQ_OR_TIME, help="Recall as the store stood at SEQ or TIME."
+)
+def recall(
+    ctx: Ctx,
+    query: str,
+    limit: int,
+    since: float | None,
+    until: float | None,
+    target: str | None,
+    task_id: str | None,
+    scope: str,
+    paths: tuple[str, ...],
+    symbols: tuple[str, ...],
+    packet_types: tuple[str, ...],
+    as_of: int | float | None,
+) -> None:
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
     try:
-        hits = store.recall(query, limit=limit, since=since, until=until, target=target,
-                            task_id=task_id, scope=scope, packet_types=packet_types,
-                            path_filters=paths, symbol_filters=symbols, as_of=as_of)
+        hits = store.recall(
+            query,
+            limit=limit,
+            since=since,
+            until=until,
+            target=target,
+            task_id=task_id,
+            scope=scope,
+            packet_types=packet_types,
+            path_filters=paths,
+            symbol_filters=symbols,
+            as_of=as_of,
+        )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     ctx.emit({"hits": [h.to_json() for h in hits]}, human=lambda d: _table(d["hits"]))
@@ -46,8 +79,12 @@ def _table(hits: list[dict[str, Any]]) -> str:
         return "(no hits)"
     lines = [f"{'SCORE':>8}  {'CACHE_KEY':12}  {'TARGET':28}  {'WHY':28}  SNIPPET"]
     for h in hits:
-        why = ",".join(r.replace("_match", "").replace("bm25_text", "text") for r in h["match_reasons"])
+        why = ",".join(
+            r.replace("_match", "").replace("bm25_text", "text") for r in h["match_reasons"]
+        )
         snippet = " ".join(h["snippet"].split())[:70]
-        lines.append(f"{h['score']:8.3f}  {h['cache_key'][:12]}  {h['target'][:28]:28}  "
-                     f"{why[:28]:28}  {snippet}")
+        lines.append(
+            f"{h['score']:8.3f}  {h['cache_key'][:12]}  {h['target'][:28]:28}  "
+            f"{why[:28]:28}  {snippet}"
+        )
     return "\n".join(lines)

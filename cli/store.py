@@ -59,11 +59,19 @@ def store_get(ctx: Ctx, key: str) -> None:
 @click.option("--offset", type=COUNT, default=0, show_default=True, help="Skip this many entries.")
 @click.option("--limit", type=COUNT, default=100, show_default=True, help="At most this many.")
 @click.option("--as-of", "as_of", type=SEQ_OR_TIME, help="The cache as it stood at SEQ or TIME.")
-def store_list(ctx: Ctx, target: str | None, since: float | None, until: float | None,
-               offset: int, limit: int, as_of: int | float | None) -> None:
+def store_list(
+    ctx: Ctx,
+    target: str | None,
+    since: float | None,
+    until: float | None,
+    offset: int,
+    limit: int,
+    as_of: int | float | None,
+) -> None:
     """List live entries, newest first (no bodies: `store get` prints one)."""
-    entries = open_store(ctx).list(target=target, since=since, until=until, offset=offset,
-                                   limit=limit, as_of=as_of)
+    entries = open_store(ctx).list(
+        target=target, since=since, until=until, offset=offset, limit=limit, as_of=as_of
+    )
     ctx.emit({"entries": [e.to_json() for e in entries]}, human=lambda d: _list_text(d["entries"]))
 
 
@@ -72,8 +80,10 @@ def _list_text(entries: list[dict[str, Any]]) -> str:
         return "(no live entries)"
     lines = [f"{'CACHE_KEY':16}  {'CREATED':20}  {'SEQ':>8}  {'BYTES':>8}  TARGET"]
     for e in entries:
-        lines.append(f"{e['cache_key'][:16]}  {iso(e['created_at_unix']):20}  {e['seq']:>8}  "
-                     f"{e['bytes']:>8}  {e['target']}")
+        lines.append(
+            f"{e['cache_key'][:16]}  {iso(e['created_at_unix']):20}  {e['seq']:>8}  "
+            f"{e['bytes']:>8}  {e['target']}"
+        )
     return "\n".join(lines)
 
 

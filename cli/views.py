@@ -14,7 +14,9 @@ from projections import ContextStore
 from .options import Ctx
 
 
-def open_store(ctx: Ctx, *, write: bool = False, progress: Callable[[int], None] | None = None) -> ContextStore:
+def open_store(
+    ctx: Ctx, *, write: bool = False, progress: Callable[[int], None] | None = None
+) -> ContextStore:
     """The store at ``--root``, closed when the command ends (readonly unless ``write``)."""
     ctx.require_store()
     return ctx.managed(ContextStore.open(ctx.root, readonly=not write, progress=progress))
@@ -39,7 +41,9 @@ class TimeParam(click.ParamType):
 
     name = "TIME"
 
-    def convert(self, value: object, param: click.Parameter | None, c: click.Context | None) -> float:
+    def convert(
+        self, value: object, param: click.Parameter | None, c: click.Context | None
+    ) -> float:
         if isinstance(value, float):
             return value
         text = str(value).strip()
@@ -51,10 +55,14 @@ class TimeParam(click.ParamType):
         try:
             when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
-            self.fail(f"{value!r} is not a time (use ISO-8601 like 2026-11-30T12:00:00Z, "
-                      "or @UNIX seconds)", param, c)
+            self.fail(
+                f"{value!r} is not a time (use ISO-8601 like 2026-11-30T12:00:00Z, "
+                "or @UNIX seconds)",
+                param,
+                c,
+            )
         if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
+            when = when.replace(tzinfo=dt.UTC)
         return when.timestamp()
 
 
@@ -63,7 +71,9 @@ class SeqOrTime(TimeParam):
 
     name = "SEQ|TIME"
 
-    def convert(self, value: object, param: click.Parameter | None, c: click.Context | None) -> int | float:  # type: ignore[override]
+    def convert(
+        self, value: object, param: click.Parameter | None, c: click.Context | None
+    ) -> int | float:
         text = str(value).strip()
         if text.isdigit():
             return int(text)
@@ -77,4 +87,4 @@ SEQ_OR_TIME = SeqOrTime()
 def iso(ts: float | int | None) -> str:
     if ts is None:
         return "-"
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

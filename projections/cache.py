@@ -30,8 +30,13 @@ NAME = "cache"
 VERSION = 2
 _LEN = struct.Struct("<I")
 # base columns in checkpoint order: (name, struct format, numpy dtype, item size)
-_COLUMNS = (("keys", "B", "S32", 32), ("seqs", "q", "<i8", 8), ("created", "d", "<f8", 8),
-            ("nbytes", "q", "<i8", 8), ("tids", "i", "<i4", 4))
+_COLUMNS = (
+    ("keys", "B", "S32", 32),
+    ("seqs", "q", "<i8", 8),
+    ("created", "d", "<f8", 8),
+    ("nbytes", "q", "<i8", 8),
+    ("tids", "i", "<i4", 4),
+)
 PUT = "cache.put"
 EVICTED = "cache.evicted"
 EVICTION_REASONS = ("expired_ttl", "manual_prune", "corrupt_load_recovery")
@@ -121,8 +126,10 @@ class CacheState:
         """The base columns as numpy arrays over the same bytes (no copy)."""
         import numpy as np
 
-        return tuple(np.frombuffer(self._base[name], dtype=dt) if self._n else
-                     np.zeros(0, dtype=dt) for name, _f, dt, _s in _COLUMNS)
+        return tuple(
+            np.frombuffer(self._base[name], dtype=dt) if self._n else np.zeros(0, dtype=dt)
+            for name, _f, dt, _s in _COLUMNS
+        )
 
     def get(self, cache_key: str) -> EntryRef | None:
         key = _key_bytes(cache_key)
@@ -143,8 +150,10 @@ class CacheState:
         keep = ~np.isin(keys, dkeys) if len(keys) else np.zeros(0, dtype=bool)
         rows = [(k, r) for k, r in self.delta.items() if r is not None]
         nk = np.array([k for k, _ in rows], dtype="S32")
-        cols = [np.array([r[i] for _, r in rows], dtype=dt)
-                for i, dt in enumerate((np.int64, np.float64, np.int32, np.int64))]
+        cols = [
+            np.array([r[i] for _, r in rows], dtype=dt)
+            for i, dt in enumerate((np.int64, np.float64, np.int32, np.int64))
+        ]
         return (
             np.concatenate([keys[keep], nk]),
             np.concatenate([seqs[keep], cols[0]]),
@@ -180,7 +189,9 @@ class CacheState:
         idx = np.nonzero(mask)[0]
         order = idx[np.lexsort((keys[idx], -created[idx]))]
         for i in order:
-            yield self._ref(bytes(keys[i]), (int(seqs[i]), float(created[i]), int(tids[i]), int(nbytes[i])))
+            yield self._ref(
+                bytes(keys[i]), (int(seqs[i]), float(created[i]), int(tids[i]), int(nbytes[i]))
+            )
 
     def count(self, live_after: float | None) -> tuple[int, float | None, float | None]:
         _k, _s, created, _t, _n = self.live_columns()
@@ -197,20 +208,33 @@ class CacheState:
 
         keys, seqs, created, tids, nbytes = self.live_columns()
         order = np.argsort(keys, kind="stable")
-        cols = {"keys": keys[order], "seqs": seqs[order], "created": created[order],
-                "nbytes": nbytes[order], "tids": tids[order]}
+        cols = {
+            "keys": keys[order],
+            "seqs": seqs[order],
+            "created": created[order],
+            "nbytes": nbytes[order],
+            "tids": tids[order],
+        }
         self._n = len(order)
-        self._base = {name: _cast(memoryview(cols[name].astype(dt).tobytes()), fmt)
-                      for name, fmt, dt, _s in _COLUMNS}
+        self._base = {
+            name: _cast(memoryview(cols[name].astype(dt).tobytes()), fmt)
+            for name, fmt, dt, _s in _COLUMNS
+        }
         self.delta = {}
 
     def to_bytes(self) -> bytes:
         """u32 length, CBOR of the small tables, padding to 8, then the raw columns."""
         self.compact()
-        meta = cbor2.dumps({
-            "seq": self.seq, "n": self._n, "targets": self.targets, "evictions": self.evictions,
-            "skipped_unknown": self.skipped_unknown, "skipped_bad": self.skipped_bad,
-        })
+        meta = cbor2.dumps(
+            {
+                "seq": self.seq,
+                "n": self._n,
+                "targets": self.targets,
+                "evictions": self.evictions,
+                "skipped_unknown": self.skipped_unknown,
+                "skipped_bad": self.skipped_bad,
+            }
+        )
         head = _LEN.pack(len(meta)) + meta
         head += bytes(-len(head) % 8)
         return head + b"".join(self._base[name].cast("B") for name, *_ in _COLUMNS)
@@ -245,8 +269,13 @@ class CacheState:
             bytes(k).ljust(32, b"\0").hex(): (int(s), float(c), self.targets[int(t)], int(n))
             for k, s, c, t, n in zip(keys, seqs, created, tids, nbytes, strict=True)
         }
-        return {"seq": self.seq, "entries": entries, "evictions": dict(self.evictions),
-                "skipped_unknown": self.skipped_unknown, "skipped_bad": self.skipped_bad}
+        return {
+            "seq": self.seq,
+            "entries": entries,
+            "evictions": dict(self.evictions),
+            "skipped_unknown": self.skipped_unknown,
+            "skipped_bad": self.skipped_bad,
+        }
 
 
 def parse_put(event: Event) -> tuple[bytes, str, int] | None:
@@ -295,7 +324,7 @@ class _KeySeq:
 
 
 def _cast(view: memoryview, fmt: str) -> memoryview:
-    return view if fmt == "B" else view.cast("B").cast(fmt)
+    return view if fmt == "B" else view.cast("B").cast(fmt)  # type: ignore[call-overload]
 
 
 def _key_bytes(key: object) -> bytes | None:

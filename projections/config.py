@@ -44,8 +44,17 @@ class StoreConfig:
         cache, store, ckpt = (_table(doc, n, path) for n in ("cache", "store", "checkpoint"))
         kw: dict[str, Any] = {}
         _num(kw, "ttl_seconds", cache.get("ttl_seconds"), path, positive=True)
-        _num(kw, "max_packet_bytes", store.get("max_packet_bytes"), path, positive=True, integer=True)
-        _num(kw, "checkpoint_every_events", ckpt.get("every_events"), path, positive=True, integer=True)
+        _num(
+            kw, "max_packet_bytes", store.get("max_packet_bytes"), path, positive=True, integer=True
+        )
+        _num(
+            kw,
+            "checkpoint_every_events",
+            ckpt.get("every_events"),
+            path,
+            positive=True,
+            integer=True,
+        )
         _num(kw, "checkpoint_every_seconds", ckpt.get("every_seconds"), path, positive=True)
         _num(kw, "checkpoint_close_lag", ckpt.get("close_lag"), path, positive=True, integer=True)
         sync = store.get("sync")
@@ -63,8 +72,15 @@ def _table(doc: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
     return value
 
 
-def _num(kw: dict[str, Any], name: str, value: object, path: Path, *, positive: bool,
-         integer: bool = False) -> None:
+def _num(
+    kw: dict[str, Any],
+    name: str,
+    value: object,
+    path: Path,
+    *,
+    positive: bool,
+    integer: bool = False,
+) -> None:
     if value is None:
         return
     ok = isinstance(value, int) if integer else isinstance(value, int | float)

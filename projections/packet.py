@@ -31,7 +31,9 @@ def cache_key_of(canonical: bytes) -> str:
     return blake3.blake3(canonical).hexdigest()
 
 
-def check_packet(packet: object, max_bytes: int = DEFAULT_MAX_PACKET_BYTES) -> tuple[dict[str, Any], bytes]:
+def check_packet(
+    packet: object, max_bytes: int = DEFAULT_MAX_PACKET_BYTES
+) -> tuple[dict[str, Any], bytes]:
     """Return ``(body, canonical_bytes)`` or raise :class:`InvalidPacketError`.
 
     ``body`` is the packet decoded from its canonical bytes: what the log reads back.
@@ -69,5 +71,11 @@ def parse_packet_json(text: str | bytes) -> object:
 
 
 def _json_type(value: object) -> str:
-    return {list: "an array", str: "a string", int: "a number", float: "a number",
-            bool: "a boolean", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        list: "an array",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        bool: "a boolean",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)

@@ -74,8 +74,13 @@ class RecallState:
         Raw so that loading is zero-copy: the index's arrays are read straight
         from the (memory-mapped) checkpoint.
         """
-        meta = cbor2.dumps({"seq": self.seq, "skipped_unknown": self.skipped_unknown,
-                            "skipped_bad": self.skipped_bad})
+        meta = cbor2.dumps(
+            {
+                "seq": self.seq,
+                "skipped_unknown": self.skipped_unknown,
+                "skipped_bad": self.skipped_bad,
+            }
+        )
         return _LEN.pack(len(meta)) + meta + self.index.to_bytes()
 
     @classmethod
@@ -90,5 +95,9 @@ class RecallState:
         return st
 
     def snapshot(self) -> dict[str, Any]:
-        return {"seq": self.seq, "documents": len(self.index),
-                "skipped_unknown": self.skipped_unknown, "skipped_bad": self.skipped_bad}
+        return {
+            "seq": self.seq,
+            "documents": len(self.index),
+            "skipped_unknown": self.skipped_unknown,
+            "skipped_bad": self.skipped_bad,
+        }

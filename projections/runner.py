@@ -35,7 +35,7 @@ class Projection:
     name: str
     version: int
     new: Callable[[], State]
-    decode: Callable[[bytes], State]
+    decode: Callable[[bytes | memoryview], State]
 
 
 @attrs.define

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -56,7 +57,11 @@ class PutResult:
     created_at_unix: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"cache_key": self.cache_key, "seq": self.seq, "created_at_unix": self.created_at_unix}
+        return {
+            "cache_key": self.cache_key,
+            "seq": self.seq,
+            "created_at_unix": self.created_at_unix,
+        }
 
 
 @attrs.frozen
@@ -107,8 +112,15 @@ class ContextStore:
     read commands use them, so looking never changes a store.
     """
 
-    def __init__(self, root: Path, ledger: Ledger, runner: Runner, config: StoreConfig,
-                 clock: Callable[[], float], readonly: bool) -> None:
+    def __init__(
+        self,
+        root: Path,
+        ledger: Ledger,
+        runner: Runner,
+        config: StoreConfig,
+        clock: Callable[[], float],
+        readonly: bool,
+    ) -> None:
         self.root = root
         self.path = store_dir(root)
         self.ledger = ledger
@@ -138,10 +150,14 @@ class ContextStore:
                 (path / sub).mkdir(parents=True, exist_ok=True)
         ledger = Ledger.open(path / "log", readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
         try:
-            runner = Runner(ledger, CheckpointDir(path / "checkpoints", readonly=readonly),
-                            projections(), every_events=cfg.checkpoint_every_events,
-                            every_seconds=cfg.checkpoint_every_seconds,
-                            close_lag=cfg.checkpoint_close_lag)
+            runner = Runner(
+                ledger,
+                CheckpointDir(path / "checkpoints", readonly=readonly),
+                projections(),
+                every_events=cfg.checkpoint_every_events,
+                every_seconds=cfg.checkpoint_every_seconds,
+                close_lag=cfg.checkpoint_close_lag,
+            )
             if progress is not None:  # the caller wants to watch the views load now
                 runner.load_all(progress)
         except BaseException:
@@ -151,12 +167,17 @@ class ContextStore:
 
     # --- writing --------------------------------------------------------------------
 
-    def put(self, packet: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> PutResult:
+    def put(
+        self, packet: Mapping[str, Any], metadata: Mapping[str, Any] | None = None
+    ) -> PutResult:
         """Cache one packet (re-putting the same packet refreshes its time)."""
         return self.put_many([packet], [metadata] if metadata is not None else None)[0]
 
-    def put_many(self, packets: Iterable[Mapping[str, Any]],
-                 metadata: Iterable[Mapping[str, Any] | None] | None = None) -> list[PutResult]:
+    def put_many(
+        self,
+        packets: Iterable[Mapping[str, Any]],
+        metadata: Iterable[Mapping[str, Any] | None] | None = None,
+    ) -> builtins.list[PutResult]:
         """Cache packets as one atomic batch: all of them or, on any error, none."""
         pkts = list(packets)
         metas = list(metadata) if metadata is not None else [None] * len(pkts)
@@ -269,24 +290,39 @@ class ContextStore:
             return CacheEntry(ref.cache_key, ref.target, int(ref.created_at), data["packet"], meta)
         raise LedgerError(f"entry {ref.cache_key} points at seq {ref.seq}, which the log lacks")
 
-    def list(self, target: str | None = None, since: float | None = None,
-             until: float | None = None, offset: int = 0, limit: int = 100,
-             as_of: int | float | None = None) -> list[EntrySummary]:
+    def list(
+        self,
+        target: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        offset: int = 0,
+        limit: int = 100,
+        as_of: int | float | None = None,
+    ) -> list[EntrySummary]:
         """Live entries, newest first, filtered and paged."""
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must be non-negative")
         state = self._state_as_of(as_of, [cache.NAME])[0]
         assert isinstance(state, CacheState)
         ttl = self.config.ttl_seconds
-        out = []
-        for i, ref in enumerate(state.select(live_after=self._live_after(), target=target,
-                                             since=since, until=until)):
+        out: builtins.list[EntrySummary] = []
+        for i, ref in enumerate(
+            state.select(live_after=self._live_after(), target=target, since=since, until=until)
+        ):
             if i < offset:
                 continue
             if len(out) >= limit:
                 break
-            out.append(EntrySummary(ref.cache_key, ref.target, int(ref.created_at),
-                                    int(ref.created_at + ttl), ref.seq, ref.nbytes))
+            out.append(
+                EntrySummary(
+                    ref.cache_key,
+                    ref.target,
+                    int(ref.created_at),
+                    int(ref.created_at + ttl),
+                    ref.seq,
+                    ref.nbytes,
+                )
+            )
         return out
 
     def recall(
@@ -302,16 +338,25 @@ class ContextStore:
         path_filters: Iterable[str] = (),
         symbol_filters: Iterable[str] = (),
         as_of: int | float | None = None,
-    ) -> list[RecallHit]:
+    ) -> builtins.list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md)."""
         states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME])
-        rstate = states[1]
+        rstate = cast("RecallState", states[1])
         now = self.clock()
         hits = rstate.index.search(
-            query, limit=limit, since=since, until=until, target=target, task_id=task_id,
-            scope=scope, packet_types=tuple(packet_types), path_filters=tuple(path_filters),
-            symbol_filters=tuple(symbol_filters), live_after=now - self.config.ttl_seconds,
-            now=now)
+            query,
+            limit=limit,
+            since=since,
+            until=until,
+            target=target,
+            task_id=task_id,
+            scope=scope,
+            packet_types=tuple(packet_types),
+            path_filters=tuple(path_filters),
+            symbol_filters=tuple(symbol_filters),
+            live_after=now - self.config.ttl_seconds,
+            now=now,
+        )
         cstate = states[0]
         assert isinstance(cstate, CacheState)
         return [self._with_snippet(h, cstate) for h in hits]
@@ -324,7 +369,9 @@ class ContextStore:
         if ref is None:
             return hit
         for ev in self.ledger.read(ref.seq, ref.seq):
-            doc = RecallDoc.from_packet(hit.cache_key, ev.data["packet"], ref.created_at, ref.nbytes)
+            doc = RecallDoc.from_packet(
+                hit.cache_key, ev.data["packet"], ref.created_at, ref.nbytes
+            )
             return attrs.evolve(hit, snippet=make_snippet(doc.texts(), list(hit.matched_tokens)))
         return hit
 
@@ -337,8 +384,12 @@ class ContextStore:
         evictions = {r: 0 for r in cache.EVICTION_REASONS}
         evictions.update(st.evictions)
         views = {
-            name: {"watermark_seq": v.state.seq, "loaded_from": v.loaded_from,
-                   "checkpoint_fallbacks": len(v.refused), "fallback_reasons": list(v.refused)}
+            name: {
+                "watermark_seq": v.state.seq,
+                "loaded_from": v.loaded_from,
+                "checkpoint_fallbacks": len(v.refused),
+                "fallback_reasons": list(v.refused),
+            }
             for name, v in self.runner.views.items()
         }
         return {
@@ -364,7 +415,9 @@ class ContextStore:
         self.runner.load_all()
         return self.runner.checkpoint()
 
-    def rebuild(self, projection: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    def rebuild(
+        self, projection: str | None = None, progress: Progress | None = None
+    ) -> dict[str, Any]:
         """Drop checkpoints (of one view or all), refold from the log, checkpoint again."""
         self._check_writable()
         known = list(self.runner.projections)
@@ -377,9 +430,13 @@ class ContextStore:
         n = self.runner.catch_up(progress)
         secs = time.perf_counter() - start
         self.runner.checkpoint()
-        return {"projections": names, "events": n, "seconds": round(secs, 4),
-                "events_per_second": round(n / secs) if secs > 0 else None,
-                "head_seq": self.ledger.head}
+        return {
+            "projections": names,
+            "events": n,
+            "seconds": round(secs, 4),
+            "events_per_second": round(n / secs) if secs > 0 else None,
+            "head_seq": self.ledger.head,
+        }
 
     def close(self) -> None:
         if self._closed:
@@ -398,8 +455,9 @@ class ContextStore:
         self.close()
 
 
-def replay(root: str | os.PathLike[str], until: int | float | None = None,
-           progress: Progress | None = None) -> dict[str, Any]:
+def replay(
+    root: str | os.PathLike[str], until: int | float | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
     """Fold the log into fresh in-memory views and report; touches no checkpoint."""
     path = store_dir(root)
     if not (path / "log").is_dir():
@@ -422,7 +480,14 @@ def replay(root: str | os.PathLike[str], until: int | float | None = None,
         views = {}
         for p, s in zip(projections(), states, strict=True):
             snap = s.snapshot()
-            views[p.name] = {k: (len(v) if isinstance(v, dict) and k == "entries" else v)
-                             for k, v in snap.items()}
-        return {"until_seq": seq, "events": n, "seconds": round(secs, 4),
-                "events_per_second": round(n / secs) if secs > 0 else None, "views": views}
+            views[p.name] = {
+                k: (len(v) if isinstance(v, dict) and k == "entries" else v)
+                for k, v in snap.items()
+            }
+        return {
+            "until_seq": seq,
+            "events": n,
+            "seconds": round(secs, 4),
+            "events_per_second": round(n / secs) if secs > 0 else None,
+            "views": views,
+        }

@@ -15,9 +15,16 @@ from click.testing import CliRunner, Result
 from cli.main import ctxledger
 
 REPO = Path(__file__).resolve().parents[1]
-PACKET = {"target": "diffy.analyze", "summary": "coverage gap in auth",
-          "paths": ["src/auth.rs"], "symbols": ["AuthService"], "tests": ["test_login"],
-          "task_ids": ["task-123"], "packet_types": ["coverage"], "payload": {"note": "tokens expire"}}
+PACKET = {
+    "target": "diffy.analyze",
+    "summary": "coverage gap in auth",
+    "paths": ["src/auth.rs"],
+    "symbols": ["AuthService"],
+    "tests": ["test_login"],
+    "task_ids": ["task-123"],
+    "packet_types": ["coverage"],
+    "payload": {"note": "tokens expire"},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +46,9 @@ def ok_json(*args: str, input: str | None = None) -> Any:
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -54,7 +63,9 @@ def test_put_get_list_stats_round_trip(root: Path, tmp_path: Path) -> None:
     f.write_text(json.dumps(PACKET))
     put = ok_json("store", "put", str(f), "--root", str(root))
     assert set(put) >= {"cache_key", "seq"} and len(put["cache_key"]) == 64 and put["seq"] == 1
-    again = ok_json("store", "put", "--root", str(root), input=json.dumps(dict(reversed(PACKET.items()))))
+    again = ok_json(
+        "store", "put", "--root", str(root), input=json.dumps(dict(reversed(PACKET.items())))
+    )
     assert again["cache_key"] == put["cache_key"] and again["seq"] == 2  # key order does not matter
     got = ok_json("store", "get", "--key", put["cache_key"], "--root", str(root))
     assert got["body"] == PACKET and got["target"] == "diffy.analyze"
@@ -71,8 +82,14 @@ def test_put_get_list_stats_round_trip(root: Path, tmp_path: Path) -> None:
 
 def test_prune_all_and_ttl(root: Path) -> None:
     for i in range(3):
-        ok_json("store", "put", "--root", str(root), input=json.dumps({**PACKET, "summary": f"s{i}"}))
-    assert ok_json("store", "prune", "--root", str(root)) == {"removed": 0, "remaining": 3, "reasons": {}}
+        ok_json(
+            "store", "put", "--root", str(root), input=json.dumps({**PACKET, "summary": f"s{i}"})
+        )
+    assert ok_json("store", "prune", "--root", str(root)) == {
+        "removed": 0,
+        "remaining": 3,
+        "reasons": {},
+    }
     r = ok_json("store", "prune", "--ttl", "0", "--root", str(root))
     assert r == {"removed": 3, "remaining": 0, "reasons": {"expired_ttl": 3}}
     ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
@@ -82,13 +99,16 @@ def test_prune_all_and_ttl(root: Path) -> None:
     assert ev["expired_ttl"] == 3 and ev["manual_prune"] == 1
 
 
-@pytest.mark.parametrize("payload, needle", [
-    ("{not json", "invalid packet JSON"),
-    ("[1, 2]", "must be a JSON object"),
-    ('{"summary": "no target"}', "target"),
-    ('{"target": ""}', "target"),
-    ('{"target": "t", "paths": "src/a.rs"}', "paths"),
-])
+@pytest.mark.parametrize(
+    "payload, needle",
+    [
+        ("{not json", "invalid packet JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"summary": "no target"}', "target"),
+        ('{"target": ""}', "target"),
+        ('{"target": "t", "paths": "src/a.rs"}', "paths"),
+    ],
+)
 def test_bad_packets_are_one_line_and_touch_nothing(root: Path, payload: str, needle: str) -> None:
     before = snapshot(root)
     r = cli("store", "put", "--root", str(root), input=payload)
@@ -116,24 +136,48 @@ def test_missing_store_and_missing_key(tmp_path: Path, root: Path) -> None:
 def test_read_commands_write_nothing(root: Path) -> None:
     ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
     before = snapshot(root)
-    for args in (["store", "list"], ["store", "stats"], ["recall", "-q", "auth"], ["replay"], ["verify"]):
+    for args in (
+        ["store", "list"],
+        ["store", "stats"],
+        ["recall", "-q", "auth"],
+        ["replay"],
+        ["verify"],
+    ):
         assert cli(*args, "--root", str(root)).exit_code == 0
     assert snapshot(root) == before
 
 
 def test_recall_json_and_usage_errors(root: Path) -> None:
     ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
-    ok_json("store", "put", "--root", str(root),
-            input=json.dumps({"target": "other", "summary": "unrelated words", "paths": ["docs/x.md"]}))
+    ok_json(
+        "store",
+        "put",
+        "--root",
+        str(root),
+        input=json.dumps({"target": "other", "summary": "unrelated words", "paths": ["docs/x.md"]}),
+    )
     hits = ok_json("recall", "--query", "auth coverage", "--root", str(root))["hits"]
     assert hits and hits[0]["target"] == "diffy.analyze" and "bm25_text" in hits[0]["match_reasons"]
-    for k in ("cache_key", "score", "summary", "snippet", "matched_tokens", "matched_paths",
-              "matched_symbols", "packet_types", "task_ids", "budget_estimate", "created_at_unix",
-              "age_secs"):
+    for k in (
+        "cache_key",
+        "score",
+        "summary",
+        "snippet",
+        "matched_tokens",
+        "matched_paths",
+        "matched_symbols",
+        "packet_types",
+        "task_ids",
+        "budget_estimate",
+        "created_at_unix",
+        "age_secs",
+    ):
         assert k in hits[0]
     sym = ok_json("recall", "-q", "AuthService", "--root", str(root))["hits"]
     assert "symbol_match" in sym[0]["match_reasons"]
-    only = ok_json("recall", "--task", "task-123", "--scope", "task-only", "--root", str(root))["hits"]
+    only = ok_json("recall", "--task", "task-123", "--scope", "task-only", "--root", str(root))[
+        "hits"
+    ]
     assert [h["target"] for h in only] == ["diffy.analyze"]
     for bad in (["--scope", "bogus", "-q", "x"], ["--limit", "-1", "-q", "x"], ["-q", ""]):
         r = cli("recall", *bad, "--root", str(root))
@@ -143,7 +187,9 @@ def test_recall_json_and_usage_errors(root: Path) -> None:
 
 def test_replay_rebuild_checkpoint(root: Path) -> None:
     for i in range(5):
-        ok_json("store", "put", "--root", str(root), input=json.dumps({**PACKET, "summary": f"s{i}"}))
+        ok_json(
+            "store", "put", "--root", str(root), input=json.dumps({**PACKET, "summary": f"s{i}"})
+        )
     rep = ok_json("replay", "--root", str(root))
     assert rep["events"] == 5 and rep["views"]["cache"]["entries"] == 5
     assert ok_json("replay", "--until", "2", "--root", str(root))["views"]["cache"]["entries"] == 2
@@ -158,7 +204,13 @@ def test_replay_rebuild_checkpoint(root: Path) -> None:
 
 def test_garbled_checkpoints_answer_identically(root: Path) -> None:
     for i in range(4):
-        ok_json("store", "put", "--root", str(root), input=json.dumps({**PACKET, "summary": f"auth {i}"}))
+        ok_json(
+            "store",
+            "put",
+            "--root",
+            str(root),
+            input=json.dumps({**PACKET, "summary": f"auth {i}"}),
+        )
     ok_json("checkpoint", "--root", str(root))
     want = ok_json("recall", "-q", "auth", "--root", str(root))
     for ck in (root / ".ctxledger" / "checkpoints").glob("*.ckpt*"):
@@ -184,12 +236,23 @@ def test_demo_default_store_in_a_real_process(tmp_path: Path) -> None:
     env["CTXLEDGER_HOME"] = str(tmp_path / "home")
     env["PYTHONPATH"] = str(REPO)
     for _ in range(2):  # the second run starts the demo store afresh
-        p = subprocess.run([sys.executable, "-m", "cli", "demo", "--packets", "200"],
-                           capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+        p = subprocess.run(
+            [sys.executable, "-m", "cli", "demo", "--packets", "200"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd=tmp_path,
+        )
         assert p.returncode == 0, p.stderr
         assert "verify     ok" in p.stdout and p.stderr == ""
     store = tmp_path / "home" / "demo" / ".ctxledger"
     assert store.is_dir()
-    p = subprocess.run([sys.executable, "-m", "cli", "store", "stats", "--json", "--root",
-                        str(store.parent)], capture_output=True, text=True, env=env, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "cli", "store", "stats", "--json", "--root", str(store.parent)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert json.loads(p.stdout)["entries"] == 200
