@@ -23,8 +23,11 @@ TARGETS = ("diffy.analyze", "covy.report", "a")
 
 _text = st.text(alphabet="abc xyz_/.é", max_size=8)
 _json_scalar = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**40), 2**40),
-    st.floats(allow_nan=False, allow_infinity=False), _text,
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    _text,
 )
 json_values: st.SearchStrategy[Any] = st.recursive(
     _json_scalar,
@@ -38,8 +41,12 @@ _str_list = st.lists(_text, max_size=3)
 def packets(draw: st.DrawFn, targets: tuple[str, ...] = TARGETS) -> dict[str, Any]:
     pkt: dict[str, Any] = {"target": draw(st.sampled_from(targets))}
     for name, strat in (
-        ("summary", _text), ("paths", _str_list), ("symbols", _str_list), ("tests", _str_list),
-        ("task_ids", _str_list), ("packet_types", _str_list),
+        ("summary", _text),
+        ("paths", _str_list),
+        ("symbols", _str_list),
+        ("tests", _str_list),
+        ("task_ids", _str_list),
+        ("packet_types", _str_list),
         ("payload", st.dictionaries(_text, json_values, max_size=3)),
     ):
         if draw(st.booleans()):
@@ -49,6 +56,7 @@ def packets(draw: st.DrawFn, targets: tuple[str, ...] = TARGETS) -> dict[str, An
 
 # --- raw cache events --------------------------------------------------------------------
 
+
 def _hexkey(i: int) -> str:
     return blake3.blake3(str(i).encode()).hexdigest()
 
@@ -56,35 +64,66 @@ def _hexkey(i: int) -> str:
 #: Well-formed cache keys, including ones whose bytes end in NULs (numpy ``S32``
 #: strips trailing NULs: the view must still tell them apart).
 GOOD_KEYS = (
-    _hexkey(1), _hexkey(2), _hexkey(3),
-    "00" * 32, "ab" * 31 + "00", "ab" * 31 + "01", "ab" * 30 + "0000",
+    _hexkey(1),
+    _hexkey(2),
+    _hexkey(3),
+    "00" * 32,
+    "ab" * 31 + "00",
+    "ab" * 31 + "01",
+    "ab" * 30 + "0000",
 )
 #: Keys a cache event may carry that are not cache keys (64 chars or not).
 BAD_KEYS = (
-    None, "", "ab" * 31, "zz" * 32, "ab" * 32 + "ab",
-    "ab" * 30 + "  cd",     # bytes.fromhex skips whitespace: 31 bytes
-    "ab" * 31 + "\n\n",     # likewise
+    None,
+    "",
+    "ab" * 31,
+    "zz" * 32,
+    "ab" * 32 + "ab",
+    "ab" * 30 + "  cd",  # bytes.fromhex skips whitespace: 31 bytes
+    "ab" * 31 + "\n\n",  # likewise
     " " + "ab" * 31 + "a",  # likewise (and odd)
-    "ａｂ" * 32,             # full-width letters are not hex digits
+    "ａｂ" * 32,  # full-width letters are not hex digits
 )
 
 _good_put_data = st.fixed_dictionaries(
-    {"packet": st.fixed_dictionaries({"target": st.sampled_from(TARGETS + ("",))}),
-     "bytes": st.integers(0, 2**40)},
+    {
+        "packet": st.fixed_dictionaries({"target": st.sampled_from(TARGETS + ("",))}),
+        "bytes": st.integers(0, 2**40),
+    },
     optional={"metadata": st.dictionaries(st.sampled_from(["who", "why"]), _text, max_size=2)},
 )
 _bad_put_data = st.one_of(
     st.just({}),
     st.fixed_dictionaries({"packet": st.one_of(st.none(), st.just([]), _text, st.integers())}),
     st.fixed_dictionaries({"packet": st.just({"summary": "no target"})}),
-    st.fixed_dictionaries({"packet": st.fixed_dictionaries({"target": st.one_of(
-        st.none(), st.integers(), st.just(["t"]), st.binary(max_size=3))})}),
-    st.fixed_dictionaries({"packet": st.just({"target": "t"}), "bytes": st.one_of(
-        st.text(max_size=3), st.floats(allow_nan=False), st.none(), st.booleans(),
-        st.integers(max_value=-1), st.integers(min_value=2**63, max_value=2**80))}),
+    st.fixed_dictionaries(
+        {
+            "packet": st.fixed_dictionaries(
+                {
+                    "target": st.one_of(
+                        st.none(), st.integers(), st.just(["t"]), st.binary(max_size=3)
+                    )
+                }
+            )
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "packet": st.just({"target": "t"}),
+            "bytes": st.one_of(
+                st.text(max_size=3),
+                st.floats(allow_nan=False),
+                st.none(),
+                st.booleans(),
+                st.integers(max_value=-1),
+                st.integers(min_value=2**63, max_value=2**80),
+            ),
+        }
+    ),
 )
 _good_evict_data = st.fixed_dictionaries(
-    {"reason": st.sampled_from(["expired_ttl", "manual_prune", "corrupt_load_recovery", "other"])})
+    {"reason": st.sampled_from(["expired_ttl", "manual_prune", "corrupt_load_recovery", "other"])}
+)
 _bad_evict_data = st.one_of(
     st.just({}),
     st.fixed_dictionaries({"reason": st.one_of(st.none(), st.integers(), st.just(["x"]))}),
@@ -97,15 +136,21 @@ cache_events = st.one_of(
     st.builds(Event, st.just("cache.put"), _good_key, _good_put_data),
     st.builds(Event, st.just("cache.put"), _any_key, st.one_of(_good_put_data, _bad_put_data)),
     st.builds(Event, st.just("cache.evicted"), _good_key, _good_evict_data),
-    st.builds(Event, st.just("cache.evicted"), _any_key,
-              st.one_of(_good_evict_data, _bad_evict_data)),
-    st.builds(Event, st.sampled_from(["task.created", "cache", "cache.put.v2", "cache.expired"]),
-              st.one_of(st.none(), _any_key), st.just({"any": 1})),
+    st.builds(
+        Event, st.just("cache.evicted"), _any_key, st.one_of(_good_evict_data, _bad_evict_data)
+    ),
+    st.builds(
+        Event,
+        st.sampled_from(["task.created", "cache", "cache.put.v2", "cache.expired"]),
+        st.one_of(st.none(), _any_key),
+        st.just({"any": 1}),
+    ),
 )
 event_batches = st.lists(cache_events, min_size=1, max_size=5)
 
 
 # --- files --------------------------------------------------------------------------------
+
 
 def tree_bytes(root: Path) -> dict[str, tuple[int, bytes]]:
     """Every file under ``root``: relative path -> (mode, content)."""

@@ -42,6 +42,7 @@ _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 
 # --- a reference fold: plain dicts, no numpy, no checkpoints -----------------------------------
 
+
 class RefCache:
     """What the cache view must compute, written as simply as possible."""
 
@@ -79,8 +80,13 @@ class RefCache:
             self.unknown += 1
 
     def snapshot(self) -> dict[str, Any]:
-        return {"seq": self.seq, "entries": dict(self.entries), "evictions": dict(self.evictions),
-                "skipped_unknown": self.unknown, "skipped_bad": self.bad}
+        return {
+            "seq": self.seq,
+            "entries": dict(self.entries),
+            "evictions": dict(self.evictions),
+            "skipped_unknown": self.unknown,
+            "skipped_bad": self.bad,
+        }
 
     def listing(self) -> list[EntrySummary]:
         """``store.list`` of this state when nothing has expired, unpaged."""
@@ -118,15 +124,20 @@ actions = st.sampled_from(["none", "none", "checkpoint", "reopen", "crash", "put
 
 # sizes >= 2**63 crash the recall view folded in the same pass (see the xfail below);
 # the cache view's handling of them is covered by CacheState-level tests
-_no_huge = st.lists(cache_events.filter(
-    lambda e: not (type(e.data.get("bytes")) is int and e.data["bytes"] >= 2**63)),
-    min_size=1, max_size=5)
+_no_huge = st.lists(
+    cache_events.filter(
+        lambda e: not (type(e.data.get("bytes")) is int and e.data["bytes"] >= 2**63)
+    ),
+    min_size=1,
+    max_size=5,
+)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(st.tuples(_no_huge, actions), min_size=1, max_size=8))
 def test_incremental_equals_rebuild_replay_and_fresh_fold(
-        steps: list[tuple[list[Event], str]]) -> None:
+    steps: list[tuple[list[Event], str]],
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ref = RefCache()
@@ -159,9 +170,13 @@ def test_incremental_equals_rebuild_replay_and_fresh_fold(
                     pkts = [{"target": "p", "summary": str(i)} for i in range(len(batch))]
                     rs = store.put_many(pkts)
                     for res, pkt in zip(rs, pkts, strict=True):
-                        ref.apply("cache.put", res.cache_key,
-                                  {"packet": pkt, "bytes": len(canonical_bytes(pkt))},
-                                  res.seq, next(store.ledger.read(res.seq, res.seq)).at)
+                        ref.apply(
+                            "cache.put",
+                            res.cache_key,
+                            {"packet": pkt, "bytes": len(canonical_bytes(pkt))},
+                            res.seq,
+                            next(store.ledger.read(res.seq, res.seq)).at,
+                        )
                         at_seq[res.seq] = ref.snapshot()
                         listings[res.seq] = ref.listing()
                     at = next(store.ledger.read(rs[-1].seq, rs[-1].seq)).at
@@ -196,8 +211,15 @@ def test_incremental_equals_rebuild_replay_and_fresh_fold(
             for ev in store.ledger.read(1):
                 state.apply(ev)
             for k in GOOD_KEYS:
-                state.apply(Event("cache.put", k, {"packet": {"target": "late"}, "bytes": 1},
-                                  seq=max(head, 1), at=1.0))
+                state.apply(
+                    Event(
+                        "cache.put",
+                        k,
+                        {"packet": {"target": "late"}, "bytes": 1},
+                        seq=max(head, 1),
+                        at=1.0,
+                    )
+                )
                 state.apply(Event("cache.evicted", k, {"reason": "manual_prune"}, seq=head, at=1.0))
                 state.apply(Event("nobody.knows", k, {}, seq=head, at=1.0))
             assert state.snapshot() == expected
@@ -214,9 +236,12 @@ def test_incremental_equals_rebuild_replay_and_fresh_fold(
 
 
 @settings(max_examples=30, deadline=None)
-@given(events=st.lists(event_batches, min_size=1, max_size=4).map(
-           lambda bs: [e for b in bs for e in b]),
-       data=st.data())
+@given(
+    events=st.lists(event_batches, min_size=1, max_size=4).map(
+        lambda bs: [e for b in bs for e in b]
+    ),
+    data=st.data(),
+)
 def test_checkpoint_round_trip_is_exact(events: list[Event], data: st.DataObject) -> None:
     """to_bytes/from_bytes at any point, then the rest of the fold: same as one fold."""
     whole, part = CacheState(), CacheState()
@@ -254,8 +279,12 @@ def test_as_of_rejects_negative_and_boolean(tmp_path: Path) -> None:
 def test_keys_with_trailing_nul_bytes_stay_distinct(tmp_path: Path) -> None:
     a, b, c = "ab" * 31 + "00", "ab" * 31 + "01", "ab" * 30 + "0000"
     with open_store(tmp_path) as store:
-        store.ledger.append([Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 1})
-                             for k in (a, b, c, "00" * 32)])
+        store.ledger.append(
+            [
+                Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 1})
+                for k in (a, b, c, "00" * 32)
+            ]
+        )
         for when in ("delta", "compacted"):
             if when == "compacted":
                 store.checkpoint()
@@ -286,21 +315,33 @@ BAD_SIZES = [2**70, 2**63, -5, True]
 def test_huge_negative_or_boolean_size_is_a_malformed_put() -> None:
     state = CacheState()
     for i, n in enumerate(BAD_SIZES):
-        state.apply(Event("cache.put", GOOD_KEYS[0], {"packet": {"target": "t"}, "bytes": n},
-                          seq=i + 1, at=1.0))
+        state.apply(
+            Event(
+                "cache.put",
+                GOOD_KEYS[0],
+                {"packet": {"target": "t"}, "bytes": n},
+                seq=i + 1,
+                at=1.0,
+            )
+        )
     snap = CacheState.from_bytes(state.to_bytes()).snapshot()
     assert snap["skipped_bad"] == len(BAD_SIZES) and snap["entries"] == {}
 
 
 def test_huge_size_in_the_log_does_not_crash_the_store(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
-        store.ledger.append([Event("cache.put", GOOD_KEYS[0],
-                                   {"packet": {"target": "t"}, "bytes": n}) for n in BAD_SIZES])
+        store.ledger.append(
+            [
+                Event("cache.put", GOOD_KEYS[0], {"packet": {"target": "t"}, "bytes": n})
+                for n in BAD_SIZES
+            ]
+        )
         st_ = store.stats()
         assert st_["skipped_bad_events"] == len(BAD_SIZES) and st_["entries"] == 0
 
 
 # --- checkpoints ---------------------------------------------------------------------------------
+
 
 def ckpt_dir(root: Path) -> Path:
     return store_dir(root) / "checkpoints"
@@ -317,15 +358,17 @@ def build(root: Path, n: int = 6, tag: str = "") -> dict[str, Any]:
             return fresh_fold(led)
 
 
-def reopen_and_check(root: Path, expected: dict[str, Any], loaded_from: str,
-                     reasons: list[str]) -> ContextStore:
+def reopen_and_check(
+    root: Path, expected: dict[str, Any], loaded_from: str, reasons: list[str]
+) -> ContextStore:
     store = open_store(root)
     stats = store.stats()
     view = stats["views"][cache_mod.NAME]
     assert view["loaded_from"] == loaded_from
     assert view["checkpoint_fallbacks"] == len(reasons)
     assert stats["checkpoint_fallbacks"] == sum(
-        v["checkpoint_fallbacks"] for v in stats["views"].values())
+        v["checkpoint_fallbacks"] for v in stats["views"].values()
+    )
     assert len(view["fallback_reasons"]) == len(reasons)
     for want, got in zip(reasons, view["fallback_reasons"], strict=True):
         assert re.search(want, got), (want, got)
@@ -344,8 +387,9 @@ def test_clean_reopen_loads_the_primary(tmp_path: Path) -> None:
 def test_garbled_primary_falls_back_to_backup(tmp_path: Path, offset: int) -> None:
     expected = build(tmp_path)
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", offset)
-    store = reopen_and_check(tmp_path, expected, "backup",
-                             [r"primary: (MAC mismatch|not a checkpoint)"])
+    store = reopen_and_check(
+        tmp_path, expected, "backup", [r"primary: (MAC mismatch|not a checkpoint)"]
+    )
     store.close()
 
 
@@ -433,13 +477,25 @@ def test_checkpoint_from_a_longer_log_is_refused(tmp_path: Path) -> None:
         sb.put({"target": "later2"})
     shutil.rmtree(ckpt_dir(a))
     shutil.copytree(ckpt_dir(b), ckpt_dir(a))
-    reopen_and_check(a, expected, "rebuild",
-                     [r"primary: watermark seq \d+ is not in this log",
-                      r"backup: watermark seq \d+ is not in this log"]).close()
+    reopen_and_check(
+        a,
+        expected,
+        "rebuild",
+        [
+            r"primary: watermark seq \d+ is not in this log",
+            r"backup: watermark seq \d+ is not in this log",
+        ],
+    ).close()
 
 
-def _write_raw(root: Path, *, version: int = cache_mod.VERSION, seq: int | None = None,
-               digest: bytes | None = None, body: bytes | None = None) -> None:
+def _write_raw(
+    root: Path,
+    *,
+    version: int = cache_mod.VERSION,
+    seq: int | None = None,
+    digest: bytes | None = None,
+    body: bytes | None = None,
+) -> None:
     with Ledger.open(store_dir(root) / "log", readonly=True) as led:
         head = led.head
         seq = head if seq is None else seq
@@ -457,12 +513,17 @@ def test_checkpoint_of_another_version_is_refused(tmp_path: Path) -> None:
     _write_raw(tmp_path, version=cache_mod.VERSION + 1)
     # the old primary became the backup, and is still good
     v = cache_mod.VERSION
-    reopen_and_check(tmp_path, expected, "backup",
-                     [rf"primary: version {v + 1}, expected {v}"]).close()
+    reopen_and_check(
+        tmp_path, expected, "backup", [rf"primary: version {v + 1}, expected {v}"]
+    ).close()
     _write_raw(tmp_path, version=cache_mod.VERSION + 1)
     _write_raw(tmp_path, version=0)
-    reopen_and_check(tmp_path, expected, "rebuild",
-                     ["primary: version 0", f"backup: version {cache_mod.VERSION + 1}"]).close()
+    reopen_and_check(
+        tmp_path,
+        expected,
+        "rebuild",
+        ["primary: version 0", f"backup: version {cache_mod.VERSION + 1}"],
+    ).close()
 
 
 def test_checkpoint_seq_beyond_head_is_refused(tmp_path: Path) -> None:
@@ -503,11 +564,13 @@ def test_checkpoint_with_columns_of_different_lengths_is_refused(tmp_path: Path)
     reopen_and_check(tmp_path, expected, "backup", ["primary: body does not decode"]).close()
 
 
-MAPPED = ("projections/checkpoints.py _map() memory-maps the checkpoint and the cache view "
-          "serves its columns from the mapping (zero-copy), so a checkpoint file rewritten in "
-          "place while a store is open changes what the open store answers (cp over it: another "
-          "store's entries; truncation: SIGBUS kills the process). Rule 4: a view never serves "
-          "state the log does not imply")
+MAPPED = (
+    "projections/checkpoints.py _map() memory-maps the checkpoint and the cache view "
+    "serves its columns from the mapping (zero-copy), so a checkpoint file rewritten in "
+    "place while a store is open changes what the open store answers (cp over it: another "
+    "store's entries; truncation: SIGBUS kills the process). Rule 4: a view never serves "
+    "state the log does not imply"
+)
 
 
 @pytest.mark.xfail(strict=True, reason=MAPPED)
@@ -538,9 +601,14 @@ print("same answer")
 def test_checkpoint_truncated_while_a_store_is_open_does_not_kill_it(tmp_path: Path) -> None:
     import subprocess
     import sys
+
     build(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", _TRUNCATE_WHILE_OPEN, str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRUNCATE_WHILE_OPEN, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (proc.returncode, proc.stdout.strip()) == (0, "same answer"), proc.stderr[-500:]
 
 
@@ -593,6 +661,7 @@ def test_key_replaced_while_a_store_is_open(tmp_path: Path) -> None:
 def test_two_writers_creating_the_key_agree_on_it(tmp_path: Path, monkeypatch: Any) -> None:
     """Two processes checkpointing a fresh store at once: one KEY, used by both."""
     import projections.checkpoints as ck_mod
+
     cdir = ckpt_dir(tmp_path)
     cdir.mkdir(parents=True)
     a = CheckpointDir(cdir, readonly=False)
@@ -621,6 +690,7 @@ def test_two_writers_creating_the_key_agree_on_it(tmp_path: Path, monkeypatch: A
 def test_temp_files_of_dead_writers_are_swept(tmp_path: Path) -> None:
     import subprocess
     import sys
+
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     build(tmp_path)
@@ -641,6 +711,7 @@ def test_temp_files_of_dead_writers_are_swept(tmp_path: Path) -> None:
 
 def test_a_failed_checkpoint_write_leaves_no_temp_file(tmp_path: Path, monkeypatch: Any) -> None:
     import projections.checkpoints as ck_mod
+
     build(tmp_path)
     before = sorted(p.name for p in ckpt_dir(tmp_path).iterdir())
 
@@ -721,6 +792,7 @@ def test_a_failed_debounced_checkpoint_does_not_fail_the_put(tmp_path: Path) -> 
 
 # --- readers write nothing ----------------------------------------------------------------------
 
+
 def _read_everything(root: Path) -> dict[str, Any]:
     with ContextStore.open(root, readonly=True, clock=NEVER) as ro:
         listing = ro.list(limit=10**6)
@@ -733,15 +805,20 @@ def _read_everything(root: Path) -> dict[str, Any]:
         st_ = ro.stats()
         got["stats"] = {k: v for k, v in st_.items() if k not in ("checkpoint_fallbacks", "views")}
         got["loaded_from"] = st_["views"][cache_mod.NAME]["loaded_from"]
-        for attempt in (lambda: ro.put({"target": "t"}), ro.checkpoint, ro.rebuild,
-                        lambda: ro.prune(all=True)):
+        for attempt in (
+            lambda: ro.put({"target": "t"}),
+            ro.checkpoint,
+            ro.rebuild,
+            lambda: ro.prune(all=True),
+        ):
             with pytest.raises(LedgerError):
                 attempt()
     return got
 
 
 @pytest.mark.parametrize(
-    "damage", ["none", "garbled", "no_checkpoints", "no_dir", "torn_tail", "stale"])
+    "damage", ["none", "garbled", "no_checkpoints", "no_dir", "torn_tail", "stale"]
+)
 def test_readonly_store_never_writes(tmp_path: Path, damage: str) -> None:
     expected = build(tmp_path)
     cdir = ckpt_dir(tmp_path)
@@ -767,8 +844,12 @@ def test_readonly_store_never_writes(tmp_path: Path, damage: str) -> None:
     got = _read_everything(tmp_path)
     assert tree_bytes(tmp_path) == before
     assert got["snapshot"] == expected
-    assert got["loaded_from"] == {"none": "primary", "torn_tail": "primary", "stale": "primary",
-                                  "garbled": "rebuild"}.get(damage, "empty")
+    assert got["loaded_from"] == {
+        "none": "primary",
+        "torn_tail": "primary",
+        "stale": "primary",
+        "garbled": "rebuild",
+    }.get(damage, "empty")
     # a writer sees the same
     with open_store(tmp_path) as rw:
         assert view_state(rw).snapshot() == expected
@@ -777,6 +858,7 @@ def test_readonly_store_never_writes(tmp_path: Path, damage: str) -> None:
 
 def test_readonly_open_of_a_missing_store_creates_nothing(tmp_path: Path) -> None:
     from eventstore import StoreNotFoundError
+
     with pytest.raises(StoreNotFoundError):
         ContextStore.open(tmp_path, readonly=True)
     assert list(tmp_path.iterdir()) == []
@@ -796,20 +878,25 @@ def test_replay_touches_no_file(tmp_path: Path) -> None:
 
 # --- counting what a view cannot use -------------------------------------------------------------
 
+
 def test_unknown_and_malformed_events_are_counted(tmp_path: Path) -> None:
     k = GOOD_KEYS[0]
     with open_store(tmp_path) as store:
-        store.ledger.append([
-            Event("task.created", "t1", {"title": "x"}),
-            Event("calibration.sample", None, {}),
-            Event("cache.put", k, {"packet": "not a dict"}),
-            Event("cache.put", "short", {"packet": {"target": "t"}}),
-            Event("cache.put", k, {"packet": {"target": 7}}),
-            Event("cache.evicted", k, {}),
-            Event("cache.evicted", None, {"reason": "manual_prune"}),
-            Event("cache.put", k, {"packet": {"target": "ok"}, "bytes": 3}),
-            Event("cache.evicted", GOOD_KEYS[1], {"reason": "manual_prune"}),  # not there: no-op
-        ])
+        store.ledger.append(
+            [
+                Event("task.created", "t1", {"title": "x"}),
+                Event("calibration.sample", None, {}),
+                Event("cache.put", k, {"packet": "not a dict"}),
+                Event("cache.put", "short", {"packet": {"target": "t"}}),
+                Event("cache.put", k, {"packet": {"target": 7}}),
+                Event("cache.evicted", k, {}),
+                Event("cache.evicted", None, {"reason": "manual_prune"}),
+                Event("cache.put", k, {"packet": {"target": "ok"}, "bytes": 3}),
+                Event(
+                    "cache.evicted", GOOD_KEYS[1], {"reason": "manual_prune"}
+                ),  # not there: no-op
+            ]
+        )
         st_ = store.stats()
         assert st_["skipped_unknown_events"] == 2
         assert st_["skipped_bad_events"] == 5
@@ -826,8 +913,9 @@ def test_unknown_and_malformed_events_are_counted(tmp_path: Path) -> None:
 def test_get_of_an_entry_with_malformed_metadata_does_not_crash(tmp_path: Path, meta: Any) -> None:
     k = GOOD_KEYS[0]
     with open_store(tmp_path) as store:
-        store.ledger.append([Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 1,
-                                                    "metadata": meta})])
+        store.ledger.append(
+            [Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 1, "metadata": meta})]
+        )
         entry = store.get(k)
         assert entry is not None and entry.body == {"target": "t"}
 
@@ -836,8 +924,10 @@ def test_get_of_an_entry_with_malformed_metadata_does_not_crash(tmp_path: Path, 
 
 RECALL_DISAGREES = [
     # cache.evicted without a reason: malformed for the cache (entry kept), recall drops the doc
-    [Event("cache.put", GOOD_KEYS[0], {"packet": {"target": "t"}, "bytes": 1}),
-     Event("cache.evicted", GOOD_KEYS[0], {})],
+    [
+        Event("cache.put", GOOD_KEYS[0], {"packet": {"target": "t"}, "bytes": 1}),
+        Event("cache.evicted", GOOD_KEYS[0], {}),
+    ],
     # negative size: malformed for the cache (no entry), recall indexes a doc
     [Event("cache.put", GOOD_KEYS[1], {"packet": {"target": "t"}, "bytes": -5})],
     # upper-case hex key: the cache holds the entry under the lower-case key
@@ -847,6 +937,7 @@ RECALL_DISAGREES = [
 
 def recall_keys_agree(events: list[Event]) -> None:
     from projections.recall_view import RecallState
+
     cache_state, recall_state = CacheState(), RecallState()
     for i, e in enumerate(events):
         ev = Event(e.kind, e.key, e.data, seq=i + 1, at=1000.0)
@@ -857,7 +948,8 @@ def recall_keys_agree(events: list[Event]) -> None:
     assert all(k in recall_state.index for k in keys)
 
 
-@pytest.mark.parametrize("events", RECALL_DISAGREES, ids=["evict-no-reason", "negative-size",
-                                                          "upper-case-key"])
+@pytest.mark.parametrize(
+    "events", RECALL_DISAGREES, ids=["evict-no-reason", "negative-size", "upper-case-key"]
+)
 def test_recall_view_holds_exactly_the_cache_entries(events: list[Event]) -> None:
     recall_keys_agree(events)

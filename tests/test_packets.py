@@ -45,6 +45,7 @@ def reorder(value: Any, rnd: random.Random) -> Any:
 
 # --- the content address ----------------------------------------------------------------------
 
+
 @settings(max_examples=200, deadline=None)
 @given(pkt=packets(), seed=st.integers(0, 2**32))
 def test_cache_key_does_not_depend_on_key_order(pkt: dict[str, Any], seed: int) -> None:
@@ -82,9 +83,14 @@ def test_the_stored_body_is_the_packet_as_the_log_gives_it_back(tmp_path: Path) 
     appends must already be what a rebuild reads: plain dicts and lists."""
     import collections
     import types
-    pkt = {"target": "t", "paths": ["a.py"],
-           "payload": types.MappingProxyType({"k": "needletwo", "t": ("needleone", 1),
-                                              "o": collections.OrderedDict(x="needlethree")})}
+
+    pkt = {
+        "target": "t",
+        "paths": ["a.py"],
+        "payload": types.MappingProxyType(
+            {"k": "needletwo", "t": ("needleone", 1), "o": collections.OrderedDict(x="needlethree")}
+        ),
+    }
     body, canon = check_packet(pkt)
     assert type(body) is dict and type(body["payload"]) is dict
     assert body["payload"]["t"] == ["needleone", 1] and type(body["payload"]["o"]) is dict
@@ -145,8 +151,9 @@ def _store_with_one_packet(root: Path, **cfg: Any) -> tuple[ContextStore, Files]
 
 
 @pytest.mark.parametrize("why,packet", BAD_PACKETS, ids=[b[0] for b in BAD_PACKETS])
-def test_invalid_packet_is_refused_and_nothing_written(tmp_path: Path, why: str,
-                                                       packet: Any) -> None:
+def test_invalid_packet_is_refused_and_nothing_written(
+    tmp_path: Path, why: str, packet: Any
+) -> None:
     store, before = _store_with_one_packet(tmp_path)
     head = store.ledger.head
     with pytest.raises(InvalidPacketError) as ei:
@@ -169,9 +176,12 @@ def test_invalid_packet_error_is_a_ledger_error_and_a_value_error() -> None:
 
 
 def test_error_messages_say_what_is_wrong() -> None:
-    cases = {"an array": [], "non-empty string field 'target'": {"summary": "x"},
-             "'paths' must be a list of strings": {"target": "t", "paths": "x"},
-             "'summary' must be a string": {"target": "t", "summary": 1}}
+    cases = {
+        "an array": [],
+        "non-empty string field 'target'": {"summary": "x"},
+        "'paths' must be a list of strings": {"target": "t", "paths": "x"},
+        "'summary' must be a string": {"target": "t", "summary": 1},
+    }
     for needle, pkt in cases.items():
         with pytest.raises(InvalidPacketError, match=re.escape(needle)):
             check_packet(pkt)
@@ -217,6 +227,7 @@ def test_size_limit_from_config_toml(tmp_path: Path) -> None:
 
 # --- put_many is one atomic batch ----------------------------------------------------------------
 
+
 def test_put_many_is_one_batch(tmp_path: Path) -> None:
     pkts = [{"target": "t", "summary": str(i)} for i in range(5)]
     with ContextStore.open(tmp_path) as store:
@@ -241,11 +252,16 @@ def test_put_many_with_duplicates_keeps_the_last(tmp_path: Path) -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(good=st.lists(packets(), max_size=4), bad=st.sampled_from([b for _w, b in BAD_PACKETS]),
-       where=st.integers(0, 4))
-def test_put_many_with_one_bad_packet_writes_nothing(good: list[dict[str, Any]], bad: Any,
-                                                     where: int) -> None:
+@given(
+    good=st.lists(packets(), max_size=4),
+    bad=st.sampled_from([b for _w, b in BAD_PACKETS]),
+    where=st.integers(0, 4),
+)
+def test_put_many_with_one_bad_packet_writes_nothing(
+    good: list[dict[str, Any]], bad: Any, where: int
+) -> None:
     import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
         store, before = _store_with_one_packet(Path(tmp))
         batch = list(good)
@@ -274,11 +290,16 @@ def test_metadata_is_kept(tmp_path: Path) -> None:
         r = store.put({"target": "t"}, metadata={"source": "test", "tokens": 12})
         e = store.get(r.cache_key)
         assert e is not None
-        assert e.metadata == {"source": "test", "tokens": 12, "seq": r.seq,
-                              "bytes": len(canonical_bytes({"target": "t"}))}
+        assert e.metadata == {
+            "source": "test",
+            "tokens": 12,
+            "seq": r.seq,
+            "bytes": len(canonical_bytes({"target": "t"})),
+        }
 
 
 # --- config.toml ----------------------------------------------------------------------------
+
 
 def write_config(root: Path, text: str | bytes) -> Path:
     d = store_dir(root)
@@ -297,7 +318,9 @@ def test_missing_config_gives_defaults(tmp_path: Path) -> None:
 
 
 def test_config_is_parsed(tmp_path: Path) -> None:
-    p = write_config(tmp_path, """
+    p = write_config(
+        tmp_path,
+        """
 # settings
 [cache]
 ttl_seconds = 3600
@@ -312,10 +335,16 @@ every_seconds = 2.5
 
 [recall]
 limit = 4   # other sections belong to other views
-""")
+""",
+    )
     cfg = StoreConfig.load(p)
-    assert cfg == StoreConfig(ttl_seconds=3600, max_packet_bytes=1024, sync="batch",
-                              checkpoint_every_events=10, checkpoint_every_seconds=2.5)
+    assert cfg == StoreConfig(
+        ttl_seconds=3600,
+        max_packet_bytes=1024,
+        sync="batch",
+        checkpoint_every_events=10,
+        checkpoint_every_seconds=2.5,
+    )
     with ContextStore.open(tmp_path) as store:
         assert store.config == cfg
         assert store.stats()["ttl_seconds"] == 3600

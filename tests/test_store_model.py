@@ -68,11 +68,18 @@ def reorder(pkt: dict[str, Any], rnd: random.Random) -> dict[str, Any]:
     return dict(items)
 
 
-metadatas = st.none() | st.dictionaries(st.sampled_from(["who", "why", "tokens"]),
-                                        st.text(max_size=4) | st.integers(0, 99), max_size=2)
+metadatas = st.none() | st.dictionaries(
+    st.sampled_from(["who", "why", "tokens"]), st.text(max_size=4) | st.integers(0, 99), max_size=2
+)
 list_targets = st.sampled_from((None, *TARGETS, "no.such.target"))
-BAD = [["not", "a", "packet"], {"summary": "no target"}, {"target": ""}, {"target": 3},
-       {"target": "t", "paths": "x"}, {"target": "t", "payload": {"x": object()}}]
+BAD = [
+    ["not", "a", "packet"],
+    {"summary": "no target"},
+    {"target": ""},
+    {"target": 3},
+    {"target": "t", "paths": "x"},
+    {"target": "t", "payload": {"x": object()}},
+]
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -105,8 +112,14 @@ class StoreMachine(RuleBasedStateMachine):
         view = store.stats()["views"]["cache"]
         assert (view["loaded_from"], len(view["fallback_reasons"])) == expected, view
         for reason in view["fallback_reasons"]:
-            assert reason.startswith(("primary: MAC mismatch", "backup: MAC mismatch",
-                                      "primary: not a checkpoint", "backup: not a checkpoint"))
+            assert reason.startswith(
+                (
+                    "primary: MAC mismatch",
+                    "backup: MAC mismatch",
+                    "primary: not a checkpoint",
+                    "backup: not a checkpoint",
+                )
+            )
         return store
 
     def file_state(self, name: str) -> str:
@@ -142,8 +155,9 @@ class StoreMachine(RuleBasedStateMachine):
             hs += [(a + b) / 2 for a, b in zip(ts, ts[1:], strict=False)]
         return hs
 
-    def note_put(self, pkt: dict[str, Any], meta: dict[str, Any] | None, res: Any,
-                 expected_seq: int) -> None:
+    def note_put(
+        self, pkt: dict[str, Any], meta: dict[str, Any] | None, res: Any, expected_seq: int
+    ) -> None:
         key = cache_key_of(canonical_bytes(pkt))
         assert res.cache_key == key
         assert res.seq == expected_seq
@@ -275,15 +289,23 @@ class StoreMachine(RuleBasedStateMachine):
         meta.setdefault("bytes", e.nbytes)
         assert got == CacheEntry(key.lower(), e.packet["target"], int(e.created), e.packet, meta)
 
-    def expected_list(self, target: str | None, since: float | None, until: float | None,
-                      offset: int, limit: int) -> list[EntrySummary]:
-        rows = [(k, e) for k, e in self.live().items()
-                if (target is None or e.packet["target"] == target)
-                and (since is None or e.created >= since)
-                and (until is None or e.created <= until)]
+    def expected_list(
+        self, target: str | None, since: float | None, until: float | None, offset: int, limit: int
+    ) -> list[EntrySummary]:
+        rows = [
+            (k, e)
+            for k, e in self.live().items()
+            if (target is None or e.packet["target"] == target)
+            and (since is None or e.created >= since)
+            and (until is None or e.created <= until)
+        ]
         rows.sort(key=lambda kv: (-kv[1].created, kv[0]))
-        return [EntrySummary(k, e.packet["target"], int(e.created), int(e.created + TTL), e.seq,
-                             e.nbytes) for k, e in rows[offset:offset + limit]]
+        return [
+            EntrySummary(
+                k, e.packet["target"], int(e.created), int(e.created + TTL), e.seq, e.nbytes
+            )
+            for k, e in rows[offset : offset + limit]
+        ]
 
     @rule(tgt=list_targets, data=st.data(), offset=st.integers(0, 4), limit=st.integers(0, 6))
     def list_entries(self, tgt: str | None, data: st.DataObject, offset: int, limit: int) -> None:
@@ -313,12 +335,15 @@ class StoreMachine(RuleBasedStateMachine):
         before = path.read_bytes() if path.exists() else None
         self.store.checkpoint()
         # an unchanged view may skip the write (it cannot know its file was damaged since)
-        assert self.file_state("cache.ckpt") == "good" or (
-            path.exists() and path.read_bytes() == before) or (before is None and not path.exists())
+        assert (
+            self.file_state("cache.ckpt") == "good"
+            or (path.exists() and path.read_bytes() == before)
+            or (before is None and not path.exists())
+        )
 
     @rule(which=st.sampled_from(["cache.ckpt", "cache.ckpt.bak", "both"]), offset=st.integers())
     def garble_checkpoint(self, which: str, offset: int) -> None:
-        for name in (["cache.ckpt", "cache.ckpt.bak"] if which == "both" else [which]):
+        for name in ["cache.ckpt", "cache.ckpt.bak"] if which == "both" else [which]:
             path = self.cdir / name
             # never garble twice: a second flip of the same byte would repair the file
             if path.exists() and path.stat().st_size and self.file_state(name) == "good":
@@ -389,7 +414,9 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 StoreMachine.TestCase.settings = settings(
-    max_examples=50, stateful_step_count=40, deadline=None,
+    max_examples=50,
+    stateful_step_count=40,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestStoreModel = StoreMachine.TestCase
@@ -397,11 +424,15 @@ TestStoreModel = StoreMachine.TestCase
 
 # --- concurrency the machine above cannot interleave ---------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="projections/store.py prune() decides from the view at one "
-                   "head and appends its tombstones without expected_head: a put that refreshed "
-                   "an entry in between (another process) is tombstoned as expired_ttl, so a live "
-                   "entry whose put returned disappears (should append with expected_head=the "
-                   "head it decided at, and decide again on HeadMismatchError)")
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="projections/store.py prune() decides from the view at one "
+    "head and appends its tombstones without expected_head: a put that refreshed "
+    "an entry in between (another process) is tombstoned as expired_ttl, so a live "
+    "entry whose put returned disappears (should append with expected_head=the "
+    "head it decided at, and decide again on HeadMismatchError)",
+)
 def test_prune_never_tombstones_an_entry_refreshed_meanwhile(tmp_path: Path) -> None:
     store_dir(tmp_path).mkdir()
     (store_dir(tmp_path) / "config.toml").write_text(CONFIG)
