@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -232,3 +235,86 @@ def test_incremental_equals_rebuilt(steps: list[tuple[str, object]]) -> None:
     rebuilt = RecallIndex.build(model.values())
     assert answers(idx) == answers(rebuilt)
     assert answers(RecallIndex.from_bytes(rebuilt.to_bytes())) == answers(rebuilt)
+
+
+# ------------------------------------------------------------------ pruning == brute force
+# The search prunes (MaxScore, impact-ordered walks of big terms, plain-Python
+# paths for tiny sets, direct scoring of narrow filters).  Forcing each path on
+# small corpora must give exactly the unpruned answers.
+MODES: dict[str, dict[str, int]] = {
+    "big-terms": dict(BIG_MIN_DOCS=1, BIG_FRACTION=3, TINY=0, DIRECT_MAX=0),
+    "walk-tiny": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=1000, DIRECT_MAX=0),
+    "walk-mid": dict(BIG_MIN_DOCS=1, BIG_FRACTION=1, MID_IMPACT_DOCS=1, TINY=0, DIRECT_MAX=0),
+    "walk-giveup": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, MID_IMPACT_DOCS=1, TINY=1000,
+                        DIRECT_MAX=0, WALK_MAX=1),
+    "no-direct": dict(TINY=0, DIRECT_MAX=0),
+}
+
+
+@contextmanager
+def thresholds(**kw: int) -> Iterator[None]:
+    from projections.recall import index as index_mod
+    from projections.recall import segment as segment_mod
+    saved = []
+    for k, v in kw.items():
+        mod = segment_mod if k.startswith(("BIG_", "MID_")) else index_mod
+        saved.append((mod, k, getattr(mod, k)))
+        setattr(mod, k, v)
+    try:
+        yield
+    finally:
+        for mod, k, v in saved:
+            setattr(mod, k, v)
+
+
+PRUNE_QUERIES = QUERIES + [
+    dict(query="common"), dict(query="alpha common gammaRay delta_x io2 beta"),
+    dict(query="alpha", target="t2"), dict(query="common beta", since=2.0),
+    dict(query="gamma", scope="task-first", task_id="task-2"),
+]
+
+
+def ranked(idx: RecallIndex, limit: int) -> list[list[tuple[object, ...]]]:
+    out = []
+    for q in PRUNE_QUERIES:
+        hits = idx.search(limit=limit, now=50.0, **q)  # type: ignore[arg-type]
+        out.append([(h.cache_key, h.score, h.match_reasons, h.matched_tokens,
+                     h.matched_paths, h.matched_symbols, h.snippet) for h in hits])
+    return out
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(rdocs(), max_size=16), st.lists(st.sampled_from(KEYS), max_size=3),
+       st.sampled_from(sorted(MODES)), st.integers(1, 4))
+def test_pruned_search_equals_brute_force(docs: list[RecallDoc], removed: list[str],
+                                          mode: str, limit: int) -> None:
+    latest = {d.cache_key: d for d in docs}
+    for k in removed:
+        latest.pop(k, None)
+    full = ranked(RecallIndex.build(latest.values()), 100)
+    with thresholds(**MODES[mode]):
+        built = RecallIndex.build(latest.values())
+        inc = RecallIndex.build(docs[: len(docs) // 2])
+        for d in docs[len(docs) // 2 :]:
+            inc.add(d)
+        for k in removed:
+            inc.remove(k)
+        answers_ = [ranked(built, limit), ranked(inc, limit)]  # inc: base + delta
+        answers_.append(ranked(RecallIndex.from_bytes(inc.to_bytes()), limit))  # merged
+        for got in answers_:
+            for g, f in zip(got, full, strict=True):
+                assert [h[0] for h in g] == [h[0] for h in f[:limit]]
+                assert g == [h for h in f[:limit]] or [
+                    (h[0], round(float(h[1]), 9)) + h[2:] for h in g] == [  # type: ignore
+                    (h[0], round(float(h[1]), 9)) + h[2:] for h in f[:limit]]  # type: ignore
+
+
+def test_big_term_walk_known_answer() -> None:
+    """A term in every doc: the best docs are the shortest, then the newest."""
+    docs = [doc(f"k{i}", "word " + " ".join(["pad"] * (i % 3)), float(i)) for i in range(9)]
+    with thresholds(BIG_MIN_DOCS=1, BIG_FRACTION=1):
+        idx = RecallIndex.build(docs)
+        assert keys(idx.search("word", limit=4)) == ["k6", "k3", "k0", "k7"]
+        idx.remove("k6")
+        assert keys(idx.search("word", limit=2)) == ["k3", "k0"]
+        assert keys(idx.search("word", limit=2, live_after=2.0)) == ["k3", "k7"]

@@ -3,32 +3,39 @@
 * ``add``/``remove`` touch only the delta (dicts) and a few per-doc arrays; the
   base is never re-indexed by a put.  The delta is merged into a new base
   (without re-tokenising the base) when it grows past ``max(4096, N/8)``
-  docs, and by :meth:`RecallIndex.to_bytes`.
-* ``search`` scores the base with numpy over flat posting arrays and the
-  delta from its dicts, with the *same* statistics (N, n, avgdl over every
-  live entry), so answers never depend on where a doc lives.
+  docs (or as many removals), and by :meth:`RecallIndex.to_bytes`.
+* ``search`` ranks exactly (scores are the BM25 sum plus boosts, float64) but
+  does not score every posting: terms are taken rarest first and a term whose
+  best possible contribution cannot lift an unseen doc into the top k is only
+  *probed* for the candidates (MaxScore); when a single big term is left, its
+  impact-ordered doc list yields the best remaining docs directly.  Small
+  queries never leave plain Python (no per-call numpy overhead).
 
-See docs/recall.md for the semantics.
+See docs/recall.md for the semantics and the layout.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import time
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
+from zlib import crc32
 
 import numpy as np
 
 from . import segment as S
 from .snippet import make_snippet
-from .tokenize import tokenize, tokenize_all
-from .types import RecallDoc, RecallHit, dedupe, est_tokens
+from .tokenize import tokenize
+from .types import RecallDoc, RecallHit, dedupe
 
 K1 = 1.5
 B = 0.75
+_K1P1 = K1 + 1.0
 
 #: additive structured boosts, per query word and kind (best level only)
 BOOSTS = {
@@ -43,8 +50,18 @@ BOOSTS = {
 
 SCOPES = ("global", "task-first", "task-only")
 _TRIM = "\"'`()[]{}<>,;!?"
+_SEPS = frozenset(".:#")
 _IDENT_SHAPED = re.compile(r"_|[a-z][A-Z]|[A-Za-z][0-9]|[0-9][A-Za-z]|\.")
-_COMPONENT_START = re.compile(r"(?:^|[.:#])")
+
+#: candidate sets up to this size are scored in plain Python
+TINY = 48
+#: a filter/scope narrower than this is scored directly (every doc probed)
+DIRECT_MAX = 4096
+#: give up walking a big term's impact order after this many skipped docs
+WALK_MAX = 4096
+
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+_EMPTY_F = np.zeros(0, dtype=np.float64)
 
 
 def query_words(query: str) -> list[str]:
@@ -69,18 +86,30 @@ def partial_symbol_ok(w: str) -> bool:
 
 
 def sym_level(v: str, w: str, partial: bool) -> int:
-    """3 exact, 2 prefix, 1 contains, 0 none (v and w lowercased)."""
-    if v == w or S.sym_keys(v)[-1] == w:
+    """3 exact, 2 prefix, 1 contains, 0 none (v and w lowercased).
+
+    Exact: ``v == w`` or ``w`` is v's last qualified component (after ``.``,
+    ``:`` or ``#``); prefix: v or one of its components starts with ``w``.
+    """
+    if v == w:
         return 3
-    if not partial or w not in v:
+    i = v.find(w) if w else -1
+    if i < 0:
         return 0
-    if v.startswith(w) or re.search(r"[.:#]" + re.escape(w), v):
-        return 2
+    n = len(w)
+    if v.endswith(w) and v[-n - 1] in _SEPS and not _SEPS.intersection(w):
+        return 3
+    if not partial:
+        return 0
+    while i >= 0:
+        if i == 0 or v[i - 1] in _SEPS:
+            return 2
+        i = v.find(w, i + 1)
     return 1
 
 
 def path_level(v: str, cw: str) -> int:
-    """2 canonical/suffix, 1 basename, 0 none (cw canonical)."""
+    """2 canonical/suffix, 1 basename, 0 none (both canonical)."""
     if v == cw:
         return 2
     if "/" in cw:
@@ -88,8 +117,84 @@ def path_level(v: str, cw: str) -> int:
     return 1 if v.rsplit("/", 1)[-1] == cw else 0
 
 
-def test_level(v: str, w: str) -> int:
-    return 1 if w in S.test_keys(v) else 0
+class _Hash:
+    """Read-only view of a :func:`segment.build_hash` table (no dict is built)."""
+
+    __slots__ = ("h", "mask", "off", "blob")
+
+    def __init__(self, h: np.ndarray, off: np.ndarray, blob: np.ndarray) -> None:
+        self.h = memoryview(h) if len(h) else memoryview(np.full(8, -1, np.int32))
+        self.mask = len(self.h) - 1
+        self.off = memoryview(off)
+        self.blob = memoryview(blob)
+
+    def find(self, key: bytes) -> int:
+        h, off, blob, mask = self.h, self.off, self.blob, self.mask
+        n = len(key)
+        pos = crc32(key) & mask
+        while True:
+            i = h[pos]
+            if i < 0:
+                return -1
+            s = off[i]
+            if off[i + 1] - s == n and blob[s : s + n] == key:
+                return i
+            pos = (pos + 1) & mask
+
+
+class _Term:
+    """One distinct query token, resolved against the index for one search."""
+
+    __slots__ = ("tok", "idf", "ub", "big", "mid", "s0", "s", "e", "dd", "dt", "ddict", "df")
+
+    def __init__(self, tok: str) -> None:
+        self.tok = tok
+        self.idf = 0.0
+        self.ub = 0.0
+        self.big = -1  # index of a big base term, else -1
+        self.mid = -1  # index of a small base term's impact order, else -1
+        self.s0 = 0  # start of the term's postings in post_doc
+        self.s = self.e = 0  # live range in post_doc (small base term)
+        self.dd: np.ndarray = _EMPTY_I  # live delta docs, sorted
+        self.dt: np.ndarray = _EMPTY_I
+        self.ddict: dict[int, int] | None = None
+        self.df = 0  # base postings in range (an upper bound of live ones)
+
+
+class _Unit:
+    """A MaxScore unit: a term, or the part of its docs with tf = 1 ("lo") or tf >= 2."""
+
+    __slots__ = ("j", "t", "kind", "ub", "n")
+
+    def __init__(self, j: int, t: _Term, kind: str, ub: float, n: int) -> None:
+        self.j, self.t, self.kind, self.ub, self.n = j, t, kind, ub, n
+
+
+class _Query:
+    """Everything one search needs, resolved once."""
+
+    __slots__ = ("terms", "avgdl", "la", "i0", "lo", "hi", "since", "until", "boost",
+                 "kind_docs", "rules", "restrict", "task_docs", "ntok", "_barr",
+                 "filter_rules")
+
+    def __init__(self) -> None:
+        self.terms: list[_Term] = []
+        self.boost: dict[int, float] = {}
+        self.kind_docs: dict[str, set[int]] = {k: set() for k in ("path", "sym", "test",
+                                                                   "task")}
+        self.filter_rules = False
+        self.rules: list[tuple[str, str, int]] = []
+        self.restrict: np.ndarray | None = None
+        self.task_docs: np.ndarray | None = None
+        self._barr: tuple[np.ndarray, np.ndarray] | None = None
+
+    def boost_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The boosted docs (sorted) and their total boosts."""
+        if self._barr is None:
+            items = sorted(self.boost.items())
+            self._barr = (np.array([d for d, _ in items], dtype=np.int64),
+                          np.array([b for _, b in items], dtype=np.float64))
+        return self._barr
 
 
 class RecallIndex:
@@ -112,19 +217,48 @@ class RecallIndex:
         self._live_n = nb
         self._live_len = int(seg["dl"].sum(dtype=np.int64))
         self._cum: np.ndarray | None = None
-        self._removed: list[int] = []
-        self._removed_arr: tuple[np.ndarray, np.ndarray] | None = None
+        self._removed: set[int] = set()
+        self._removed_arr: np.ndarray | None = None
         self._dpost: dict[str, dict[int, int]] = {}
         self._dkeys: dict[str, dict[str, set[str]]] = {t: {} for t in S.TABLES}
         self._dvals: dict[str, dict[str, set[int]]] = {t: {} for t in S.TABLES}
+        self._dtgt: dict[str, set[int]] = {}
         self._ddocs: dict[int, RecallDoc] = {}
-        self._keymap: dict[str, int] | None = None
+        self._dkey: dict[str, int] = {}
         self._tnames: list[str] | None = None
         self._tmap: dict[str, int] | None = None
-        self._norm_key: tuple[int, float] | None = None
-        self._norm: np.ndarray | None = None
         self._version = 0
-        self._blobs: dict[str, bytes] = {}
+        self._darr: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
+        meta = seg["meta"]
+        self._keyhex = bool(int(meta[S.M_KEYHEX]))
+        self._tbase = [int(x) for x in meta[S.M_TBASE :].tolist()]
+        self._terms = _Hash(seg["term_hash"], seg["term_off"], seg["term_blob"])
+        self._keyhash = _Hash(seg["key_hash"], seg["key_off"], seg["key_blob"])
+        self._tables = {t: _Hash(seg[t + "_khash"], seg[t + "_koff"], seg[t + "_kblob"])
+                        for t in S.TABLES}
+        self._mv = {k: memoryview(seg[k]) for k in (
+            "post_off", "post_doc", "post_tf", "term_ub", "est", "imp_off",
+            "imp_doc", "imp_goff", "imp_gtf", "imp_gstart", "dv_off", "dv_val", "sum_off",
+            "sum_blob", "key_bin", "tgtd_off", "tgtd_doc", "tg_off", "mimp_off", "mimp_pos",
+            "mimp_goff", "mimp_gtf", "mimp_gstart")}
+        for t in S.TABLES:
+            for part in ("voff", "vblob", "kv_off", "kv_val", "vd_off", "vd_doc"):
+                self._mv[f"{t}_{part}"] = memoryview(seg[f"{t}_{part}"])
+        self._big = {int(t): b for b, t in enumerate(seg["big_tid"].tolist())}
+        self._midmap = {int(t): m for m, t in enumerate(seg["mimp_tid"].tolist())}
+        self._rows = seg["big_tf"].reshape(len(self._big), nb) if nb else \
+            np.zeros((len(self._big), 0), np.uint8)
+        self._rowmv = [memoryview(self._rows[b]) for b in range(len(self._big))]
+        self._ub_avgdl = float(seg["ub_avgdl"][0])
+        self._vcache: dict[int, tuple[int, str]] = {}
+        self._lowvals: list[str] | None = None
+        self._bind_arrays()
+
+    def _bind_arrays(self) -> None:
+        """Scalar views of the per-doc arrays (they are replaced when they grow)."""
+        self._created_mv = memoryview(self._created)
+        self._dl_mv = memoryview(self._dl)
+        self._alive_mv = memoryview(self._alive) if self._alive is not None else None
 
     def _ensure_mutable(self, extra: int = 1) -> None:
         need = self._n + extra
@@ -133,15 +267,15 @@ class RecallIndex:
         cap = max(need, 64, len(self._created) * 2 if self._mutable else need + need // 8)
         n = self._n
 
-        def grow(a: np.ndarray, fill: Any) -> np.ndarray:
-            out = np.full(cap, fill, dtype=a.dtype)
+        def grow(a: np.ndarray, fill: Any, dtype: Any = None) -> np.ndarray:
+            out = np.full(cap, fill, dtype=dtype or a.dtype)
             out[:n] = a[:n]
             return out
 
         self._created = grow(self._created, 0.0)
-        self._dl = grow(self._dl, 0)
-        self._tgt = grow(self._tgt, 0)
-        self._est = grow(self._est, 0)
+        self._dl = grow(self._dl, 0, np.int64)
+        self._tgt = grow(self._tgt, 0, np.int64)
+        self._est = grow(self._est, 0, np.int64)
         alive = np.zeros(cap, dtype=np.uint8)
         if self._alive is None:
             alive[:n] = 1
@@ -149,18 +283,7 @@ class RecallIndex:
             alive[:n] = self._alive[:n]
         self._alive = alive
         self._mutable = True
-
-    def _keys(self) -> dict[str, int]:
-        if self._keymap is None:
-            seg = self._seg
-            keys = S.decode_strings(seg["key_blob"], seg["key_off"])
-            km = {k: i for i, k in enumerate(keys)}
-            for i in self._removed:
-                km.pop(keys[i], None)
-            for i, d in self._ddocs.items():
-                km[d.cache_key] = i
-            self._keymap = km
-        return self._keymap
+        self._bind_arrays()
 
     def _targets(self) -> tuple[list[str], dict[str, int]]:
         if self._tnames is None or self._tmap is None:
@@ -168,11 +291,41 @@ class RecallIndex:
             self._tmap = {t: i for i, t in enumerate(self._tnames)}
         return self._tnames, self._tmap
 
+    def _base_id(self, cache_key: str) -> int:
+        """Base doc id of a live cache_key, else -1."""
+        kh = self._keyhash
+        if not self._nb:
+            return -1
+        if self._keyhex:
+            if len(cache_key) != 64:
+                return -1
+            try:
+                kb = bytes.fromhex(cache_key)
+            except ValueError:
+                return -1
+            if kb.hex() != cache_key:
+                return -1
+            h, mask, bins = kh.h, kh.mask, self._mv["key_bin"]
+            pos = crc32(kb) & mask
+            while True:
+                i = h[pos]
+                if i < 0:
+                    return -1
+                if bins[32 * i : 32 * i + 32] == kb:
+                    return -1 if i in self._removed else i
+                pos = (pos + 1) & mask
+        i = kh.find(S.enc(cache_key))
+        return -1 if (i < 0 or i in self._removed) else i
+
+    def _doc_id(self, cache_key: str) -> int:
+        i = self._dkey.get(cache_key)
+        return i if i is not None else self._base_id(cache_key)
+
     def __len__(self) -> int:
         return self._live_n
 
     def __contains__(self, cache_key: object) -> bool:
-        return isinstance(cache_key, str) and cache_key in self._keys()
+        return isinstance(cache_key, str) and self._doc_id(cache_key) >= 0
 
     @property
     def delta_size(self) -> int:
@@ -193,17 +346,17 @@ class RecallIndex:
 
     def add(self, doc: RecallDoc) -> None:
         """Insert ``doc``, replacing any entry with the same cache_key (no re-index)."""
-        km = self._keys()
-        old = km.get(doc.cache_key)
-        if old is not None:
+        old = self._doc_id(doc.cache_key)
+        if old >= 0:
             self._remove_id(old)
         self._ensure_mutable()
         assert self._alive is not None
         i = self._n
         self._n += 1
-        toks = tokenize_all(doc.texts())
+        counts = Counter(tokenize_texts(doc))
+        dl = sum(counts.values())
         self._created[i] = doc.created_at
-        self._dl[i] = len(toks)
+        self._dl[i] = dl
         self._est[i] = doc.est_bytes
         _, tmap = self._targets()
         t = tmap.get(doc.target)
@@ -212,30 +365,30 @@ class RecallIndex:
             t = tmap[doc.target] = len(self._tnames)
             self._tnames.append(doc.target)
         self._tgt[i] = t
+        self._dtgt.setdefault(doc.target, set()).add(i)
         self._alive[i] = 1
         dpost = self._dpost
-        for term, tf in Counter(toks).items():
+        for term, tf in counts.items():
             p = dpost.get(term)
             if p is None:
                 dpost[term] = {i: tf}
             else:
                 p[i] = tf
         for name in S.TABLES:
-            keyfn = S.TABLE_RULES[name][1]
             dk, dv = self._dkeys[name], self._dvals[name]
             for v in S.doc_table_values(doc, name):
                 docs = dv.get(v)
                 if docs is None:
                     dv[v] = {i}
-                    for k in keyfn(v):
+                    for k in S.value_keys(name, v):
                         dk.setdefault(k, set()).add(v)
                 else:
                     docs.add(i)
         self._ddocs[i] = doc
-        km[doc.cache_key] = i
+        self._dkey[doc.cache_key] = i
         self._live_n += 1
-        self._live_len += len(toks)
-        self._version += 1
+        self._live_len += dl
+        self._changed()
         if len(self._ddocs) > max(4096, self._nb // 8):
             self.compact()
 
@@ -243,14 +396,13 @@ class RecallIndex:
         """``add`` each doc; a large batch is merged straight into a new base."""
         docs = list(docs)
         if len(docs) > max(4096, self._nb // 8):
-            km = self._keys()
             latest: dict[str, RecallDoc] = {}
             for d in docs:
                 latest.pop(d.cache_key, None)
                 latest[d.cache_key] = d
             for k in latest:
-                old = km.get(k)
-                if old is not None:
+                old = self._doc_id(k)
+                if old >= 0:
                     self._remove_id(old)
             self._compact(list(latest.values()))
         else:
@@ -259,9 +411,15 @@ class RecallIndex:
 
     def remove(self, cache_key: str) -> None:
         """Drop the entry with ``cache_key``; no-op when absent."""
-        i = self._keys().get(cache_key)
-        if i is not None:
+        i = self._doc_id(cache_key)
+        if i >= 0:
             self._remove_id(i)
+            if len(self._removed) > max(4096, self._nb // 8):
+                self.compact()
+
+    def _changed(self) -> None:
+        self._version += 1
+        self._darr.clear()
 
     def _remove_id(self, i: int) -> None:
         self._ensure_mutable(0)
@@ -269,25 +427,21 @@ class RecallIndex:
         self._alive[i] = 0
         self._live_n -= 1
         self._live_len -= int(self._dl[i])
-        self._version += 1
-        km = self._keys()
+        self._changed()
         if i < self._nb:
-            self._removed.append(i)
+            self._removed.add(i)
             self._removed_arr = None
-            seg = self._seg
-            key = seg["key_blob"][seg["key_off"][i] : seg["key_off"][i + 1]].tobytes()
-            km.pop(key.decode("utf-8", "surrogatepass"), None)
             return
         doc = self._ddocs.pop(i)
-        km.pop(doc.cache_key, None)
-        for term in set(tokenize_all(doc.texts())):
+        self._dkey.pop(doc.cache_key, None)
+        self._dtgt[doc.target].discard(i)
+        for term in set(tokenize_texts(doc)):
             p = self._dpost.get(term)
             if p is not None:
                 p.pop(i, None)
                 if not p:
                     del self._dpost[term]
         for name in S.TABLES:
-            keyfn = S.TABLE_RULES[name][1]
             dk, dv = self._dkeys[name], self._dvals[name]
             for v in S.doc_table_values(doc, name):
                 docs = dv.get(v)
@@ -296,7 +450,7 @@ class RecallIndex:
                 docs.discard(i)
                 if not docs:
                     del dv[v]
-                    for k in keyfn(v):
+                    for k in S.value_keys(name, v):
                         ks = dk.get(k)
                         if ks is not None:
                             ks.discard(v)
@@ -342,13 +496,9 @@ class RecallIndex:
             self._cum = cum
         return self._cum
 
-    def _removed_sorted(self) -> tuple[np.ndarray, np.ndarray]:
+    def _removed_sorted(self) -> np.ndarray:
         if self._removed_arr is None:
-            r = np.array(sorted(self._removed), dtype=np.int64)
-            rc = np.zeros(len(r) + 1, dtype=np.int64)
-            if len(r):
-                np.cumsum(self._seg["dl"][r], out=rc[1:])
-            self._removed_arr = (r, rc)
+            self._removed_arr = np.array(sorted(self._removed), dtype=np.int64)
         return self._removed_arr
 
     def _stats(self, la: float | None) -> tuple[int, int, int]:
@@ -356,15 +506,21 @@ class RecallIndex:
         if la is None:
             return self._live_n, self._live_len, 0
         nb = self._nb
-        i0 = int(np.searchsorted(self._seg["created"], la, "left"))
+        cmv = self._created_mv
+        if nb == 0 or cmv[0] >= la:
+            i0 = 0
+        else:
+            i0 = int(np.searchsorted(self._seg["created"], la, "left"))
+        if i0 == 0 and self._n == nb:
+            return self._live_n, self._live_len, 0
         cum = self._cumdl()
         n = nb - i0
         total = int(cum[nb] - cum[i0])
         if self._removed:
-            r, rc = self._removed_sorted()
-            j = int(np.searchsorted(r, i0, "left"))
-            n -= len(r) - j
-            total -= int(rc[-1] - rc[j])
+            r = self._removed_sorted()
+            r = r[r >= i0]
+            n -= len(r)
+            total -= int(self._seg["dl"][r].sum(dtype=np.int64))
         if self._n > nb:
             assert self._alive is not None
             m = (self._alive[nb : self._n] != 0) & (self._created[nb : self._n] >= la)
@@ -372,120 +528,870 @@ class RecallIndex:
             total += int(self._dl[nb : self._n][m].sum(dtype=np.int64))
         return n, total, i0
 
-    def _live_mask(self, docs: np.ndarray, la: float | None) -> np.ndarray | None:
-        """Mask of live docs among ``docs`` (None: all live)."""
-        m = None
+    # ------------------------------------------------------------ term resolution
+    def _delta_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        got = self._darr.get(term)
+        if got is None:
+            d = self._dpost.get(term)
+            if not d:
+                got = (0, _EMPTY_I, _EMPTY_I)
+            else:
+                got = (0, np.fromiter(d.keys(), dtype=np.int64, count=len(d)),
+                       np.fromiter(d.values(), dtype=np.int64, count=len(d)))
+            self._darr[term] = got
+        return got[1], got[2]
+
+    def _resolve(self, tok: str, q: _Query, N: int) -> _Term | None:
+        """Live postings, idf and score upper bound of one query token (None: absent)."""
+        t = _Term(tok)
+        tid = self._terms.find(S.enc(tok))
+        i0 = q.i0
+        n_live = 0
+        mv = self._mv
+        if tid >= 0:
+            b = self._big.get(tid)
+            if b is not None:
+                t.big = b
+                df = mv["imp_off"][b + 1] - mv["imp_off"][b]
+                if i0:
+                    df -= int(np.count_nonzero(self._rows[b][:i0]))
+                t.df = df
+                n_live = df
+                if self._removed:
+                    r = self._removed_sorted()
+                    r = r[r >= i0]
+                    n_live -= int(np.count_nonzero(self._rows[b][r]))
+            else:
+                s, e = mv["post_off"][tid], mv["post_off"][tid + 1]
+                t.s0 = s
+                t.mid = self._midmap.get(tid, -1)
+                if i0:
+                    s = bisect_left(mv["post_doc"], i0, s, e)
+                t.s, t.e = s, e
+                t.df = n_live = e - s
+                if self._removed and e > s:
+                    r = self._removed_sorted()
+                    r = r[r >= i0]
+                    if len(r):
+                        P = self._seg["post_doc"][s:e]
+                        j = np.minimum(np.searchsorted(P, r), len(P) - 1)
+                        n_live -= int(np.count_nonzero(P[j] == r))
+        if self._dpost:
+            d = self._dpost.get(tok)
+            if d:
+                dd, dt = self._delta_arrays(tok)
+                if q.la is not None:
+                    m = self._created[dd] >= q.la
+                    dd, dt = dd[m], dt[m]
+                t.dd, t.dt = dd, dt
+                n_live += len(dd)
+        if n_live <= 0:
+            return None
+        t.idf = math.log(1.0 + (N - n_live + 0.5) / (n_live + 0.5))
+        if tid >= 0 and t.df:
+            # the stored bound is for the build's avgdl; a longer average only raises
+            # the factor, by at most avgdl / build avgdl
+            t.ub = t.idf * mv["term_ub"][tid] * max(1.0, q.avgdl / self._ub_avgdl) * (
+                1.0 + 1e-6) + 1e-12
+        return t
+
+    # ------------------------------------------------------------ probes
+    def _tf_np(self, t: _Term, D: np.ndarray, delta: bool = True) -> np.ndarray:
+        """tf of term ``t`` for sorted docs ``D`` (int64; 0 where absent or out of range)."""
+        nb = self._nb
+        if t.big >= 0:
+            if len(D) and int(D[-1] if self._sorted_hint else D.max()) < nb:
+                return self._rows[t.big][D].astype(np.int64)
+            out = np.zeros(len(D), dtype=np.int64)
+            inb = D < nb
+            out[inb] = self._rows[t.big][D[inb]]
+        else:
+            out = np.zeros(len(D), dtype=np.int64)
+            if t.e > t.s and len(D):
+                P = self._seg["post_doc"][t.s : t.e]
+                j = np.searchsorted(P, D)
+                np.minimum(j, len(P) - 1, out=j)
+                hit = P[j] == D
+                out[hit] = self._seg["post_tf"][t.s + j[hit]]
+        if delta and len(t.dd) and len(D):
+            j = np.searchsorted(t.dd, D)
+            np.minimum(j, len(t.dd) - 1, out=j)
+            hit = t.dd[j] == D
+            out[hit] = t.dt[j[hit]]
+        return out
+
+    _sorted_hint = True  # candidate arrays are sorted (max is the last)
+
+    def _tf_py(self, t: _Term, d: int) -> int:
+        if d >= self._nb:
+            if t.ddict is None:
+                t.ddict = dict(zip(t.dd.tolist(), t.dt.tolist(), strict=True))
+            return t.ddict.get(d, 0)
+        if t.big >= 0:
+            return self._rowmv[t.big][d]  # type: ignore[no-any-return]
+        if t.e > t.s:
+            pd = self._mv["post_doc"]
+            j = bisect_left(pd, d, t.s, t.e)
+            if j < t.e and pd[j] == d:
+                return self._mv["post_tf"][j]  # type: ignore[no-any-return]
+        return 0
+
+    def _exact_np(self, q: _Query, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact scores (BM25 in query-token order, then boosts) and tf matrix of sorted ``D``."""
+        score = np.zeros(len(D), dtype=np.float64)
+        tfm = np.zeros((len(D), len(q.terms)), dtype=np.int64)
+        if len(D):
+            nrm = K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))
+            for j, t in enumerate(q.terms):
+                tf = self._tf_np(t, D)
+                tfm[:, j] = tf
+                f = tf.astype(np.float64)
+                # tf = 0 adds exactly 0.0, so every doc sums its terms in query order
+                score += t.idf * (f * _K1P1) / (f + nrm)
+            if q.boost:
+                bd, bv = q.boost_arrays()
+                j = np.searchsorted(bd, D)
+                np.minimum(j, len(bd) - 1, out=j)
+                hit = bd[j] == D
+                score[hit] += bv[j[hit]]
+        return score, tfm
+
+    def _exact_py(self, q: _Query, d: int) -> tuple[float, list[str]]:
+        """Exact score and matched tokens of one doc (same arithmetic as :meth:`_exact_np`)."""
+        score = 0.0
+        matched = []
+        nrm = K1 * (1.0 - B + B * (self._dl_mv[d] / q.avgdl))
+        for t in q.terms:
+            tf = self._tf_py(t, d)
+            if tf:
+                score += t.idf * (tf * _K1P1) / (tf + nrm)
+                matched.append(t.tok)
+        b = q.boost.get(d)
+        if b:
+            score += b
+        return score, matched
+
+    # ------------------------------------------------------------ validity
+    def _valid_np(self, q: _Query, D: np.ndarray, exclude: np.ndarray | None) -> np.ndarray | None:
+        """Mask of the valid docs of ``D`` (None: all of them)."""
+        m: np.ndarray | None = None
+        if not len(D):
+            return m
+        if q.la is not None and (q.i0 > 0 or self._n > self._nb):
+            m = self._created[D] >= q.la
         if self._alive is not None:
-            m = self._alive[docs] != 0
-        if la is not None:
-            t = self._created[docs] >= la
-            m = t if m is None else (m & t)
+            a = self._alive[D] != 0
+            m = a if m is None else (m & a)
+        if q.since is not None:
+            a = self._created[D] >= q.since
+            m = a if m is None else (m & a)
+        if q.until is not None:
+            a = self._created[D] <= q.until
+            m = a if m is None else (m & a)
+        if q.restrict is not None:
+            a = _isin_sorted(D, q.restrict)
+            m = a if m is None else (m & a)
+        if exclude is not None:
+            a = ~_isin_sorted(D, exclude)
+            m = a if m is None else (m & a)
         return m
 
-    def _norms(self, avgdl: float) -> np.ndarray:
-        key = (self._version, avgdl)
-        if self._norm_key != key or self._norm is None:
-            self._norm = K1 * (1.0 - B + B * (self._dl[: self._n] / avgdl))
-            self._norm_key = key
-        return self._norm
+    def _valid_fn(self, q: _Query, exclude: np.ndarray | None) -> Any:
+        """A per-doc validity test in plain Python (for walks and tiny sets)."""
+        cr = self._created_mv
+        alive = self._alive_mv
+        la, since, until = q.la, q.since, q.until
+        if la is not None and q.i0 == 0 and self._n == self._nb:
+            la = None  # nothing has expired
+        rs = None if q.restrict is None else _Member(q.restrict, self._n)
+        ex = None if exclude is None else _Member(exclude, self._n)
+        if alive is None and la is None and since is None and until is None and rs is None \
+                and ex is None:
+            return None
 
-    # ------------------------------------------------------------ lookups
-    def _postings(self, term: str, i0: int, la: float | None) -> tuple[np.ndarray, np.ndarray,
-                                                                         np.ndarray]:
-        """(docs, tfs, sorted base docs) of the live postings of ``term``."""
-        seg = self._seg
-        tid = S.hash_lookup(seg["term_hash"], seg["term_blob"], seg["term_off"],
-                            term.encode("utf-8", "surrogatepass"))
-        docs: np.ndarray = _EMPTY_I
-        tfs: np.ndarray = _EMPTY_I
-        if tid >= 0:
-            s, e = int(seg["post_off"][tid]), int(seg["post_off"][tid + 1])
-            docs = seg["post_doc"][s:e]
-            tfs = seg["post_tf"][s:e]
-            if i0:
-                j = int(np.searchsorted(docs, i0, "left"))
-                docs, tfs = docs[j:], tfs[j:]
-            if self._removed:
-                assert self._alive is not None
-                m = self._alive[docs] != 0
-                docs, tfs = docs[m], tfs[m]
-        base_docs = docs
-        d = self._dpost.get(term) if self._dpost else None
-        if d:
-            dd = np.fromiter(d.keys(), dtype=np.int64, count=len(d))
-            dt = np.fromiter(d.values(), dtype=np.int64, count=len(d))
-            if la is not None:
-                m = self._created[dd] >= la
-                dd, dt = dd[m], dt[m]
-            if len(dd):
-                docs = np.concatenate((docs.astype(np.int64), dd))
-                tfs = np.concatenate((tfs.astype(np.int64), dt))
-        return docs, tfs, base_docs
+        def ok(d: int) -> bool:
+            if alive is not None and not alive[d]:
+                return False
+            if la is not None or since is not None or until is not None:
+                c = cr[d]
+                if (la is not None and c < la) or (since is not None and c < since) or (
+                        until is not None and c > until):
+                    return False
+            if rs is not None and d not in rs:
+                return False
+            return ex is None or d not in ex
 
-    def _table_exact(self, name: str, key: str) -> tuple[np.ndarray, list[str]]:
+        return ok
+
+    # ------------------------------------------------------------ ranking
+    # A ranked item is (score, doc, matched tokens or None).
+    def _best(self, items: list[Any], k: int) -> list[Any]:
+        """The best ``k`` of ranked items: score desc, newest, then cache_key."""
+        if len(items) <= 1:
+            return items[:k]
+        nb = self._nb
+        if all(x[1] < nb for x in items):
+            items.sort(key=lambda x: (-x[0], -x[1]))  # base ids follow (created, -key)
+            return items[:k]
+        cr = self._created_mv
+        items.sort(key=lambda x: (-x[0], -cr[x[1]]))
+        out = []
+        i = 0
+        while i < len(items) and len(out) < k:
+            j = i + 1
+            while j < len(items) and items[j][0] == items[i][0] and cr[items[j][1]] == cr[
+                    items[i][1]]:
+                j += 1
+            group = items[i:j]
+            if len(group) > 1:
+                group.sort(key=lambda x: self._key_of(x[1]))
+            out.extend(group)
+            i = j
+        return out[:k]
+
+    def _top_np(self, q: _Query, D: np.ndarray, sc: np.ndarray, k: int,
+                tfm: np.ndarray | None = None) -> list[Any]:
+        """Best ``k`` of numpy candidates (score desc, newest, cache_key)."""
+        n = len(D)
+        if n == 0 or k <= 0:
+            return []
+        if n > k:
+            kth = np.partition(sc, n - k)[n - k]
+            sel = np.flatnonzero(sc >= kth)
+            if len(sel) > 4 * k + 64:
+                # a big tie at the k-th score: the newest of the tied win
+                gt = sel[sc[sel] > kth]
+                eq = sel[sc[sel] == kth]
+                need = k - len(gt)
+                ce = self._created[D[eq]]
+                kc = np.partition(ce, len(ce) - need)[len(ce) - need]
+                sel = np.concatenate((gt, eq[ce >= kc]))
+        else:
+            sel = np.arange(n)
+        items = list(zip(sc[sel].tolist(), D[sel].tolist(), sel.tolist(), strict=True))
+        top = self._best(items, k)
+        if tfm is None:
+            return [(x[0], x[1], None) for x in top]
+        rows = tfm[[x[2] for x in top]].tolist()
+        toks = [t.tok for t in q.terms]
+        return [(x[0], x[1], [tok for tok, tf in zip(toks, row, strict=True) if tf])
+                for x, row in zip(top, rows, strict=True)]
+
+    def _rank(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any]:
+        """Exact top ``k`` ranked items among valid docs that match the query."""
+        if k <= 0:
+            return []
+        terms = q.terms
+        if not q.ntok:
+            return self._rank_empty(q, k, exclude)
+        if q.restrict is not None and len(q.restrict) <= max(DIRECT_MAX, sum(
+                t.df for t in terms) // 8):
+            return self._rank_direct(q, q.restrict, k, exclude)
+        sdf = len(q.boost)
+        for t in terms:
+            sdf += len(t.dd) + (t.df if t.big < 0 else 0)
+        if sdf <= TINY:
+            got = self._rank_tiny(q, k, exclude)
+            if got is not None:
+                return got
+        return self._rank_maxscore(q, k, exclude)
+
+    def _rank_empty(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any]:
+        """No query text: the newest valid docs (filters only), score 0."""
+        if q.restrict is not None:
+            D = q.restrict
+        else:
+            D = np.arange(q.lo, q.hi, dtype=np.int64)
+            if self._n > self._nb:
+                D = np.concatenate((D, np.arange(self._nb, self._n, dtype=np.int64)))
+        m = self._valid_np(q, D, exclude)
+        if m is not None:
+            D = D[m]
+        base = D[D < self._nb][-k:]
+        delta = D[D >= self._nb]
+        return self._best([(0.0, d, []) for d in base.tolist() + delta.tolist()], k)
+
+    def _rank_direct(self, q: _Query, D: np.ndarray, k: int, exclude: np.ndarray | None
+                     ) -> list[Any]:
+        """Score every doc of a narrow filter/scope set."""
+        m = self._valid_np(q, D, exclude)
+        if m is not None:
+            D = D[m]
+        if not len(D):
+            return []
+        sc, tfm = self._exact_np(q, D)
+        hit = (sc > 0) | (tfm > 0).any(axis=1)
+        return self._top_np(q, D[hit], sc[hit], k, tfm[hit])
+
+    def _rank_tiny(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any] | None:
+        """All small terms have few postings: plain Python, big terms probed or walked."""
+        ok = self._valid_fn(q, exclude)
+        pd = self._mv["post_doc"]
+        cand: dict[int, None] = dict.fromkeys(q.boost)
+        big = []
+        for t in q.terms:
+            if len(t.dd):  # delta docs: never in an impact order, always candidates
+                cand.update(dict.fromkeys(t.dd.tolist()))
+            if t.big >= 0:
+                big.append(t)
+            elif t.e > t.s:
+                cand.update(dict.fromkeys(pd[t.s : t.e].tolist()))
+        scored = []
+        for d in cand:
+            if ok is None or ok(d):
+                s, matched = self._exact_py(q, d)
+                scored.append((s, d, matched))
+        top = self._best(scored, k)
+        if not big:
+            return top
+        theta = top[-1][0] if len(top) >= k else -math.inf
+        rem = sum(t.ub for t in big)
+        if rem < theta - 1e-9 * (1.0 + abs(theta)):
+            return top
+        if len(big) > 1:
+            return None
+        walked = self._walk(q, big[0], k, cand, ok)
+        if walked is None:
+            return None
+        return self._best(top + walked, k)
+
+    def _walk(self, q: _Query, t: _Term, k: int, seen: Any, ok: Any, lo_only: bool = False
+              ) -> list[Any] | None:
+        """The best ``k`` valid docs outside ``seen``, by term ``t``'s contribution alone.
+
+        Walks the term's impact order (per tf group: shortest docs first, then
+        newest), merging the groups by score; None when too many docs had to be
+        skipped (the caller then scores the term in full).  Delta docs are not
+        in impact orders: callers put them in ``seen``.
+        """
+        mv = self._mv
+        if t.big >= 0:
+            m, pre = t.big, "imp_"
+            imp = mv["imp_doc"]
+            base = None
+        else:
+            m, pre = t.mid, "mimp_"
+            imp = mv["mimp_pos"]
+            base = self._mv["post_doc"][t.s0 :]
+        g0, g1 = mv[pre + "goff"][m], mv[pre + "goff"][m + 1]
+        end = mv[pre + "off"][m + 1]
+        gtf, gst = mv[pre + "gtf"], mv[pre + "gstart"]
+        dl = self._dl_mv
+        idf, avgdl, i0 = t.idf, q.avgdl, q.i0
+        heap = []
+        for g in range(g0, g1):
+            s = gst[g]
+            e = gst[g + 1] if g + 1 < g1 else end
+            tf = gtf[g]
+            if s < e and (tf == 1 or not lo_only):
+                d = imp[s] if base is None else base[imp[s]]
+                sc = idf * (tf * _K1P1) / (tf + K1 * (1.0 - B + B * (dl[d] / avgdl)))
+                heap.append((-sc, -d, s, e, tf))
+        heapq.heapify(heap)
+        out: list[Any] = []
+        skipped = 0
+        tok = [t.tok]
+        while heap and len(out) < k:
+            nsc, nd, s, e, tf = heap[0]
+            d = -nd
+            if d >= i0 and d not in seen and (ok is None or ok(d)):
+                out.append((-nsc, d, tok))
+            else:
+                skipped += 1
+                if skipped > WALK_MAX:
+                    return None
+            s += 1
+            if s < e:
+                d = imp[s] if base is None else base[imp[s]]
+                sc = idf * (tf * _K1P1) / (tf + K1 * (1.0 - B + B * (dl[d] / avgdl)))
+                heapq.heapreplace(heap, (-sc, -d, s, e, tf))
+            else:
+                heapq.heappop(heap)
+        return out
+
+    def _postings_np(self, q: _Query, ts: list[tuple[int, _Term]], base: bool = True,
+                     delta: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(docs, contributions, term column) of the live-range postings of the terms."""
+        D: list[np.ndarray] = []
+        F: list[np.ndarray] = []
+        lens = []
+        pdoc, ptf = self._seg["post_doc"], self._seg["post_tf"]
+        for _, t in ts:
+            n = 0
+            if not base:
+                pass
+            elif t.big >= 0:
+                row = self._rows[t.big]
+                d = np.flatnonzero(row[q.i0 :]) + q.i0
+                D.append(d)
+                F.append(row[d])
+                n = len(d)
+            else:
+                D.append(pdoc[t.s : t.e])
+                F.append(ptf[t.s : t.e])
+                n = t.e - t.s
+            if delta and len(t.dd):
+                D.append(t.dd)
+                F.append(t.dt)
+                n += len(t.dd)
+            lens.append(n)
+        if not D:
+            return _EMPTY_I, _EMPTY_F, _EMPTY_I
+        docs = np.concatenate(D).astype(np.int64, copy=False) if len(D) > 1 else \
+            D[0].astype(np.int64)
+        tf = (np.concatenate(F) if len(F) > 1 else F[0]).astype(np.float64)
+        lens_a = np.array(lens, dtype=np.int64)
+        idf = np.repeat(np.array([t.idf for _, t in ts]), lens_a)
+        col = np.repeat(np.array([j for j, _ in ts], dtype=np.int64), lens_a)
+        nrm = K1 * (1.0 - B + B * (self._dl[docs] / q.avgdl))
+        return docs, idf * (tf * _K1P1) / (tf + nrm), col
+
+    def _kth(self, part: np.ndarray, valid: np.ndarray | None, k: int) -> float:
+        vp = part if valid is None else part[valid]
+        if len(vp) < k:
+            return -math.inf
+        return float(np.partition(vp, len(vp) - k)[len(vp) - k])
+
+    def _groups(self, t: _Term) -> tuple[Any, Any, list[tuple[int, int, int]]]:
+        """A term's impact order: (entries, docs of positions or None, [(tf, start, end)])."""
+        mv = self._mv
+        if t.big >= 0:
+            m, pre, imp, base = t.big, "imp_", mv["imp_doc"], None
+        else:
+            m, pre, imp, base = t.mid, "mimp_", mv["mimp_pos"], mv["post_doc"][t.s0 :]
+        g0, g1 = mv[pre + "goff"][m], mv[pre + "goff"][m + 1]
+        end = mv[pre + "off"][m + 1]
+        gtf, gst = mv[pre + "gtf"], mv[pre + "gstart"]
+        return imp, base, [(gtf[g], gst[g], gst[g + 1] if g + 1 < g1 else end)
+                           for g in range(g0, g1)]
+
+    def _units(self, q: _Query) -> list[_Unit]:
+        """MaxScore units: a term, or its tf >= 2 docs and its tf = 1 docs apart.
+
+        For a term with an impact order the bound is exact: each tf group starts
+        with its shortest doc.  Splitting off the few docs that repeat the term
+        leaves the many tf = 1 docs with a much lower bound.
+        """
+        units = []
+        dl = self._dl_mv
+        for j, t in enumerate(q.terms):
+            if (t.big < 0 and t.mid < 0) or not t.df:
+                units.append(_Unit(j, t, "all", t.ub, t.df))
+                continue
+            imp, base, groups = self._groups(t)
+            bounds = []
+            for tf, s0, _ in groups:
+                d = imp[s0] if base is None else base[imp[s0]]
+                bounds.append(t.idf * (tf * _K1P1) / (tf + K1 * (1.0 - B + B * (
+                    dl[d] / q.avgdl))) * (1.0 + 1e-12))
+            lo = [i for i, g in enumerate(groups) if g[0] == 1]
+            nhi = sum(e - s0 for tf, s0, e in groups if tf != 1)
+            if lo and nhi and nhi <= max(256, t.df // 4):
+                i = lo[0]
+                units.append(_Unit(j, t, "hi", max(b for x, b in enumerate(bounds) if x != i),
+                                   nhi))
+                units.append(_Unit(j, t, "lo", bounds[i], groups[i][2] - groups[i][1]))
+            else:
+                units.append(_Unit(j, t, "all", max(bounds), t.df))
+        return units
+
+    def _unit_postings(self, q: _Query, units: list[_Unit]
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(docs, contributions, term column) of the base postings of some units."""
+        full = [(u.j, u.t) for u in units if u.kind == "all"]
+        parts = [self._postings_np(q, full, delta=False)] if full else []
+        D: list[np.ndarray] = []
+        F: list[np.ndarray] = []
+        J: list[np.ndarray] = []
+        for u in units:
+            if u.kind == "all":
+                continue
+            imp, base, groups = self._groups(u.t)
+            arr = self._seg["imp_doc" if u.t.big >= 0 else "mimp_pos"]
+            for tf, s0, e in groups:
+                if (tf == 1) == (u.kind == "lo") and e > s0:
+                    x = arr[s0:e]
+                    D.append(x if base is None else self._seg["post_doc"][u.t.s0 + x.astype(
+                        np.int64)])
+                    F.append(np.full(e - s0, float(tf)))
+                    J.append(np.full(e - s0, u.j, dtype=np.int64))
+        if D:
+            docs = np.concatenate(D).astype(np.int64, copy=False)
+            tf = np.concatenate(F)
+            col = np.concatenate(J)
+            idf = np.array([t.idf for t in q.terms])[col]
+            nrm = K1 * (1.0 - B + B * (self._dl[docs] / q.avgdl))
+            parts.append((docs, idf * (tf * _K1P1) / (tf + nrm), col))
+        if len(parts) == 1:
+            return parts[0]
+        return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
+                np.concatenate([x[2] for x in parts]))
+
+    def _rank_maxscore(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any]:
+        """MaxScore over the terms (rarest first), then exact scores of the survivors.
+
+        Units (terms, or their tf >= 2 / tf = 1 halves) whose best possible
+        contribution cannot lift a doc without the processed units above the
+        current k-th best partial score are never scanned, only probed for the
+        surviving candidates; a last unit with an impact order is walked.
+        """
+        terms = q.terms
+        remaining = sorted(self._units(q), key=lambda u: u.ub)  # pop(): the best bound
+        rem_ub = sum(u.ub for u in remaining)
+        docs: list[np.ndarray] = []
+        vals: list[np.ndarray] = []
+        cols: list[np.ndarray] = []
+        if q.boost:
+            bd, bv = q.boost_arrays()
+            docs.append(bd)
+            vals.append(np.zeros(len(bd)))
+            cols.append(np.full(len(bd), -1, dtype=np.int64))
+        if any(len(t.dd) for t in terms):
+            # delta docs: scored in full up front (no stored bound covers them), so
+            # their partial score is exact and the base bounds prune them correctly
+            d, c, cl = self._postings_np(q, list(enumerate(terms)), base=False)
+            docs.append(d)
+            vals.append(c)
+            cols.append(cl)
+        # the cheap units go first, all at once
+        batch: list[_Unit] = []
+        budget = 2048
+        while remaining and remaining[-1].t.big < 0 and (
+                remaining[-1].n <= budget or not (batch or docs)):
+            u = remaining.pop()
+            batch.append(u)
+            rem_ub -= u.ub
+            budget -= u.n
+        tail: _Unit | None = None
+        while True:
+            if batch:
+                d, c, cl = self._unit_postings(q, batch)
+                docs.append(d)
+                vals.append(c)
+                cols.append(cl)
+                batch = []
+            if not docs:
+                cand = inv = _EMPTY_I
+                allv = part = _EMPTY_F
+                docs, vals, cols = [_EMPTY_I], [_EMPTY_F], [_EMPTY_I]
+            else:
+                alld = np.concatenate(docs) if len(docs) > 1 else docs[0]
+                cand, inv = np.unique(alld, return_inverse=True)
+                allv = np.concatenate(vals) if len(vals) > 1 else vals[0]
+                part = np.bincount(inv, weights=allv, minlength=len(cand))
+            if q.boost:
+                part[inv[: len(q.boost)]] += q.boost_arrays()[1]
+            valid = self._valid_np(q, cand, exclude)
+            theta = self._kth(part, valid, k)
+            if not remaining or rem_ub < theta - 1e-9 * (1.0 + abs(theta)):
+                break
+            if len(remaining) == 1 and remaining[0].kind != "hi" and (
+                    remaining[0].t.big >= 0 or remaining[0].t.mid >= 0):
+                tail = remaining[0]
+                break
+            u = remaining.pop()
+            rem_ub -= u.ub
+            batch = [u]
+        # survivors: valid candidates that can still reach theta
+        if theta > -math.inf:
+            keep = part + rem_ub >= theta - 1e-9 * (1.0 + abs(theta))
+            if valid is not None:
+                keep &= valid
+            S_ = np.flatnonzero(keep)
+        else:
+            S_ = np.flatnonzero(valid) if valid is not None else np.arange(len(cand))
+        # contributions of the processed units, per candidate and term column
+        allc = np.concatenate(cols) if len(cols) > 1 else cols[0]
+        m = allc >= 0
+        M = np.zeros((len(cand), len(terms)))
+        M[inv[m], allc[m]] = allv[m]
+        M = M[S_]
+        D = cand[S_]
+        P = part[S_]
+        left_by: dict[int, float] = {}
+        for u in remaining:
+            left_by[u.j] = left_by.get(u.j, 0.0) + u.ub
+        todo = sorted(left_by, key=left_by.__getitem__, reverse=True)
+        if todo and len(D) > 8 * k + 64:
+            # probe the unprocessed terms one at a time while that prunes a lot
+            nrm = K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))
+            left = rem_ub
+            while todo and len(D) > 8 * k + 64:
+                j = todo.pop(0)
+                t = terms[j]
+                f = self._tf_np(t, D, delta=False).astype(np.float64)
+                c = np.maximum(M[:, j], t.idf * (f * _K1P1) / (f + nrm))
+                P = P + (c - M[:, j])
+                M[:, j] = c
+                left -= left_by[j]
+                th = float(np.partition(P, len(P) - k)[len(P) - k])
+                keep = P + left >= th - 1e-9 * (1.0 + abs(th))
+                D, P, nrm, M = D[keep], P[keep], nrm[keep], M[keep]
+        if todo and len(D):
+            nrm = K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))
+            for j in todo:
+                t = terms[j]
+                f = self._tf_np(t, D).astype(np.float64)
+                M[:, j] = t.idf * (f * _K1P1) / (f + nrm)
+        top = self._top_np(q, D, self._canonical(q, D, M), k, M)
+        if tail is None:
+            return top
+        seen = _Member(cand, self._n)
+        walked = self._walk(q, tail.t, k, seen, self._valid_fn(q, exclude),
+                            lo_only=tail.kind == "lo")
+        if walked is None:
+            # too much skipping: score the tail term in full
+            j = tail.j
+            cand = np.unique(np.concatenate((cand, self._postings_np(q, [(j, terms[j])])[0])))
+            valid = self._valid_np(q, cand, exclude)
+            if valid is not None:
+                cand = cand[valid]
+            sc, tfm = self._exact_np(q, cand)
+            return self._top_np(q, cand, sc, k, tfm)
+        return self._best(top + walked, k)
+
+    def _canonical(self, q: _Query, D: np.ndarray, M: np.ndarray) -> np.ndarray:
+        """Scores from per-term contributions, summed in query-token order, plus boosts."""
+        score = np.zeros(len(D))
+        for j in range(M.shape[1]):
+            score += M[:, j]
+        if q.boost and len(D):
+            bd, bv = q.boost_arrays()
+            j = np.searchsorted(bd, D)
+            np.minimum(j, len(bd) - 1, out=j)
+            hit = bd[j] == D
+            score[hit] += bv[j[hit]]
+        return score
+
+    # ------------------------------------------------------------ structured lookups
+    def _table_exact(self, name: str, key: str) -> tuple[list[int], list[str]]:
         """Base value ids and delta values having lookup key ``key``."""
-        seg = self._seg
-        k = S.hash_lookup(seg[name + "_khash"], seg[name + "_kblob"], seg[name + "_koff"],
-                          key.encode("utf-8", "surrogatepass"))
-        ids = _EMPTY_I
+        k = self._tables[name].find(S.enc(key))
+        ids: list[int] = []
         if k >= 0:
-            off = seg[name + "_kv_off"]
-            ids = seg[name + "_kv_val"][off[k] : off[k + 1]]
-        dvals = sorted(self._dkeys[name].get(key, ()))
+            off = self._mv[name + "_kv_off"]
+            ids = self._mv[name + "_kv_val"][off[k] : off[k + 1]].tolist()
+        dk = self._dkeys[name]
+        dvals = sorted(dk.get(key, ())) if dk else []
         return ids, dvals
 
     def _value_str(self, name: str, vid: int) -> str:
-        seg = self._seg
-        off = seg[name + "_voff"]
-        return seg[name + "_vblob"][off[vid] : off[vid + 1] - 1].tobytes().decode(
-            "utf-8", "surrogatepass")
+        return self._gvalue(self._tbase[S.TABLES.index(name)] + vid)[1]
 
-    def _value_docs(self, name: str, ids: np.ndarray, dvals: Iterable[str]) -> np.ndarray:
-        seg = self._seg
-        parts = [S.gather_ranges(seg[name + "_vd_off"], seg[name + "_vd_doc"],
-                                 np.asarray(ids, dtype=np.int64)).astype(np.int64)]
+    def _gvalue(self, g: int) -> tuple[int, str]:
+        """(table index, raw string) of a global value id (cached)."""
+        got = self._vcache.get(g)
+        if got is None:
+            tb = self._tbase
+            ti = 0
+            while g >= tb[ti + 1]:
+                ti += 1
+            name = S.TABLES[ti]
+            off = self._mv[name + "_voff"]
+            v = g - tb[ti]
+            got = (ti, S.dec(bytes(self._mv[name + "_vblob"][off[v] : off[v + 1]])))
+            if len(self._vcache) > 200_000:
+                self._vcache.clear()
+            self._vcache[g] = got
+        return got
+
+    def _value_docs(self, name: str, ids: Iterable[int], dvals: Iterable[str]) -> list[int]:
+        """Docs of base value ids and delta values (may repeat; liveness not checked)."""
+        off = self._mv[name + "_vd_off"]
+        vd = self._mv[name + "_vd_doc"]
+        out: list[int] = []
+        for i in ids:
+            out.extend(vd[off[i] : off[i + 1]].tolist())
         dv = self._dvals[name]
-        extra: list[int] = []
         for v in dvals:
-            extra.extend(dv.get(v, ()))
-        if extra:
-            parts.append(np.array(extra, dtype=np.int64))
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+            out.extend(dv.get(v, ()))
+        return out
 
-    def _sym_scan(self, name: str, w: str) -> tuple[np.ndarray, np.ndarray, list[tuple[str, int]]]:
-        """Prefix/contains matches of ``w`` in a table's values: (base ids, levels, delta)."""
+    def _sym_partial(self, w: str) -> tuple[list[tuple[int, int]], list[tuple[str, int]]]:
+        """Symbols containing ``w`` (lowercased): ([(base value id, level)], [(delta, level)])."""
+        wb = S.enc(w)
+        base: list[tuple[int, int]] = []
         seg = self._seg
-        blob = self._blobs.get(name)
-        if blob is None:
-            blob = self._blobs[name] = seg[name + "_vblob"].tobytes()
-        wb = w.encode("utf-8", "surrogatepass")
-        pos_l: list[int] = []
-        lvl_l: list[int] = []
-        find = blob.find
-        p = find(wb)
-        while p != -1:
-            pos_l.append(p)
-            lvl_l.append(2 if blob[p - 1 : p] in (b"\n", b".", b":", b"#") else 1)
-            p = find(wb, p + 1)
-        if pos_l:
-            voff = seg[name + "_voff"]
-            ids = np.searchsorted(voff, np.array(pos_l, dtype=np.int64), "right") - 1
-            lv = np.array(lvl_l, dtype=np.int64)
-        else:
-            ids = lv = _EMPTY_I
+        if len(wb) >= 3 and len(seg["tg_code"]):
+            codes = [(wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2] for i in range(len(wb) - 2)]
+            codes = list(dict.fromkeys(codes))
+            arr = seg["tg_code"]
+            pos = np.searchsorted(arr, np.array(codes, dtype=np.uint32))
+            pos = np.minimum(pos, len(arr) - 1)
+            if bool((arr[pos] == np.array(codes, dtype=np.uint32)).all()):
+                off = self._mv["tg_off"]
+                spans = sorted((off[p + 1] - off[p], p) for p in pos.tolist())
+                tv = seg["tg_val"]
+                p = spans[0][1]
+                cands = set(tv[off[p] : off[p + 1]].tolist())
+                for _, p in spans[1:3]:
+                    if len(cands) <= 8:
+                        break
+                    cands.intersection_update(tv[off[p] : off[p + 1]].tolist())
+                for v in sorted(cands):
+                    lv = sym_level(self._value_str("sym", v).lower(), w, True)
+                    if lv:
+                        base.append((v, lv))
+        elif len(wb) < 3:
+            if self._lowvals is None:
+                self._lowvals = [v.lower() for v in S.decode_strings(seg["sym_vblob"],
+                                                                     seg["sym_voff"])]
+            for v, low in enumerate(self._lowvals):
+                if w in low:
+                    lv = sym_level(low, w, True)
+                    if lv:
+                        base.append((v, lv))
         delta = []
-        for v in self._dvals[name]:
-            lvl = sym_level(v, w, True)
-            if lvl:
-                delta.append((v, lvl))
-        return ids, lv, delta
+        for v in self._dvals["sym"]:
+            lv = sym_level(v.lower(), w, True)
+            if lv:
+                delta.append((v, lv))
+        return base, delta
 
-    def _target_docs_mask(self, target: str, cand: np.ndarray) -> np.ndarray:
+    def _valid_fn_live(self, q: _Query) -> Any:
+        cr = self._created_mv
+        alive = self._alive_mv
+        la = q.la
+
+        def ok(d: int) -> bool:
+            return (alive is None or bool(alive[d])) and (la is None or cr[d] >= la)
+
+        return ok
+
+    def _match_word(self, w: str, q: _Query, add: Any) -> None:
+        """Structured matches of one query word: ``add(docs, boost, kind)``."""
+        wl = w.lower()
+        path_hit = False
+        if is_path_like(w):
+            cw = S.canon_path(w)
+            ids, dv = self._table_exact("path", cw)
+            if ids or dv:
+                path_hit = True
+                exact: list[int] = []
+                alias: list[int] = []
+                alias_paths: set[str] = set()
+                live_ok = self._valid_fn_live(q)
+                for i in ids:
+                    v = S.canon_path(self._value_str("path", i))
+                    docs = self._value_docs("path", (i,), ())
+                    if path_level(v, cw) == 2:
+                        exact.extend(docs)
+                    else:
+                        alias.extend(docs)
+                        if any(live_ok(d) for d in docs):
+                            alias_paths.add(v)
+                for raw in dv:
+                    v = S.canon_path(raw)
+                    docs = self._value_docs("path", (), (raw,))
+                    if path_level(v, cw) == 2:
+                        exact.extend(docs)
+                    else:
+                        alias.extend(docs)
+                        if any(live_ok(d) for d in docs):
+                            alias_paths.add(v)
+                if any(live_ok(d) for d in exact):
+                    # a live path equal to the word counts for the uniqueness too
+                    alias_paths.add(cw)
+                unique = bool(alias) and len(alias_paths) == 1
+                q.rules.append(("path", cw, 1 if unique else 0))
+                add(exact, BOOSTS["path_exact"], "path")
+                if unique:
+                    add(alias, BOOSTS["path_alias"], "path")
+        if len(wl) < 2:
+            return
+        ids, dv = self._table_exact("sym", wl)
+        exact_docs = self._value_docs("sym", ids, dv)
+        partial = partial_symbol_ok(w) and not path_hit
+        q.rules.append(("sym", wl, 1 if partial else 0))
+        add(exact_docs, BOOSTS["symbol_exact"], "sym")
+        if partial:
+            base, delta = self._sym_partial(wl)
+            for lvl, bname in ((2, "symbol_prefix"), (1, "symbol_contains")):
+                docs = self._value_docs("sym", [v for v, lv in base if lv == lvl],
+                                        [v for v, lv in delta if lv == lvl])
+                add(docs, BOOSTS[bname], "sym")
+        ids, dv = self._table_exact("test", wl)
+        if ids or dv:
+            add(self._value_docs("test", ids, dv), BOOSTS["test_exact"], "test")
+        ids, dv = self._table_exact("task", wl)
+        if ids or dv:
+            add(self._value_docs("task", ids, dv), BOOSTS["task_exact"], "task")
+
+    def _structured(self, words: list[str], q: _Query) -> None:
+        """Boosts of the query words: per word and kind, each doc gets its best level."""
+        boost = q.boost
+        kind_docs = q.kind_docs
+        for w in words:
+            best: dict[str, dict[int, float]] = {}
+
+            def add(docs: list[int], b: float, kind: str,
+                    best: dict[str, dict[int, float]] = best) -> None:
+                if not docs:
+                    return
+                cur = best.setdefault(kind, {})
+                for d in docs:
+                    if d not in cur:  # levels arrive best first
+                        cur[d] = b
+
+            self._match_word(w, q, add)
+            for kind, per in best.items():
+                for d, b in per.items():
+                    boost[d] = boost.get(d, 0.0) + b
+                if kind in kind_docs:
+                    kind_docs[kind].update(per)
+        # liveness: boosts of dead or expired docs never surface (candidates are checked)
+
+    def _filter_sets(self, q: _Query, packet_types: Sequence[str],
+                     path_filters: Sequence[str], symbol_filters: Sequence[str],
+                     target: str | None, task_only: np.ndarray | None) -> None:
+        sets: list[np.ndarray] = []
+        if target is not None:
+            sets.append(self._target_docs(target))
+        if packet_types:
+            docs: list[int] = []
+            for p in packet_types:
+                docs.extend(self._value_docs("ptype", *self._table_exact("ptype", p)))
+            sets.append(_uniq(docs))
+        if path_filters:
+            docs = []
+            for p in path_filters:
+                cp = S.canon_path(p)
+                docs.extend(self._value_docs("path", *self._table_exact("path", cp)))
+                q.rules.append(("pathf", cp, 0))
+            sets.append(_uniq(docs))
+        if symbol_filters:
+            docs = []
+            for s_ in symbol_filters:
+                sl = s_.lower()
+                docs.extend(self._value_docs("sym", *self._table_exact("sym", sl)))
+                base, delta = self._sym_partial(sl)
+                docs.extend(self._value_docs("sym", [v for v, _ in base], [v for v, _ in delta]))
+                q.rules.append(("symf", sl, 0))
+            sets.append(_uniq(docs))
+        if task_only is not None:
+            sets.append(task_only)
+        q.filter_rules = bool(path_filters or symbol_filters)
+        if not sets:
+            return
+        sets.sort(key=len)
+        r = sets[0]
+        for s_ in sets[1:]:
+            r = r[_isin_sorted(r, s_)]
+        q.restrict = r
+
+    def _target_docs(self, target: str) -> np.ndarray:
         _, tmap = self._targets()
+        parts = []
         t = tmap.get(target)
-        if t is None:
-            return np.zeros(len(cand), dtype=bool)
-        return self._tgt[cand] == t
+        if t is not None and t < len(self._seg["tgtd_off"]) - 1:
+            off = self._mv["tgtd_off"]
+            parts.append(self._seg["tgtd_doc"][off[t] : off[t + 1]].astype(np.int64))
+        d = self._dtgt.get(target)
+        if d:
+            parts.append(np.array(sorted(d), dtype=np.int64))
+        if not parts:
+            return _EMPTY_I
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     # ------------------------------------------------------------ search
     def search(
@@ -516,7 +1422,6 @@ class RecallIndex:
         path_filters = tuple(p for p in (path_filters or ()) if p)
         symbol_filters = tuple(s for s in (symbol_filters or ()) if s)
         qtoks = dedupe(tokenize(query or ""))
-        words = query_words(query or "")
         has_filter = bool(since is not None or until is not None or target is not None
                           or packet_types or path_filters or symbol_filters
                           or (task_id and scope != "global"))
@@ -531,276 +1436,50 @@ class RecallIndex:
         N, total, i0 = self._stats(la)
         if N == 0:
             return []
-        avgdl = total / N if total > 0 else 1.0
-
-        # ---- BM25 over text
-        per_term: dict[str, tuple[np.ndarray, set[int]]] = {}
-        cands: list[np.ndarray] = []
-        contribs: list[np.ndarray] = []
-        norms = None
-        for term in qtoks:
-            docs, tfs, base_docs = self._postings(term, i0, la)
-            n = len(docs)
-            if n == 0:
-                continue
-            idf = math.log(1.0 + (N - n + 0.5) / (n + 0.5))
-            if n > 2048:
-                if norms is None:
-                    norms = self._norms(avgdl)
-                nrm = norms[docs]
-            else:
-                nrm = K1 * (1.0 - B + B * (self._dl[docs] / avgdl))
-            tf = tfs.astype(np.float64)
-            contribs.append(idf * (tf * (K1 + 1.0)) / (tf + nrm))
-            cands.append(docs)
-            dset = set(docs[len(base_docs):].tolist()) if len(docs) > len(base_docs) else set()
-            per_term[term] = (base_docs, dset)
-        text_docs, text_score = _accumulate(cands, contribs, self._n)
-
-        # ---- structured matches from query words
-        boost_docs: list[np.ndarray] = []
-        boost_vals: list[np.ndarray] = []
-        kind_docs: dict[str, list[np.ndarray]] = {"path": [], "sym": [], "test": [], "task": []}
-        word_rules: list[tuple[str, str, int]] = []  # (kind, word, mode) for hit rendering
-        if words and qtoks:
-            for w in words:
-                self._match_word(w, la, boost_docs, boost_vals, kind_docs, word_rules)
-        struct_docs, struct_score = _accumulate(boost_docs, boost_vals, self._n)
-
-        # ---- candidates
+        q = _Query()
+        q.avgdl = total / N if total > 0 else 1.0
+        q.la, q.i0, q.since, q.until = la, i0, since, until
+        q.lo, q.hi = i0, self._nb
+        if since is not None and self._nb:
+            q.lo = max(q.lo, int(np.searchsorted(self._seg["created"], since, "left")))
+        if until is not None and self._nb:
+            q.hi = int(np.searchsorted(self._seg["created"], until, "right"))
+        q.ntok = len(qtoks)
+        for tok in qtoks:
+            t = self._resolve(tok, q, N)
+            if t is not None:
+                q.terms.append(t)
         if qtoks:
-            if len(struct_docs):
-                cand, score = _merge_sorted(text_docs, text_score, struct_docs, struct_score)
-            else:
-                cand, score = text_docs, text_score
-            if la is not None or self._alive is not None:
-                # text postings are live already; structured ones may not be
-                if len(struct_docs):
-                    m = self._live_mask(cand, la)
-                    if m is not None:
-                        cand, score = cand[m], score[m]
-        else:
-            cand = self._all_live(la)
-            score = np.zeros(len(cand), dtype=np.float64)
-
-        # ---- filters
-        filt_path: list[np.ndarray] = []
-        filt_sym: list[np.ndarray] = []
-        if len(cand):
-            m = None
-            if since is not None:
-                m = self._created[cand] >= since
-            if until is not None:
-                t = self._created[cand] <= until
-                m = t if m is None else m & t
-            if target is not None:
-                t = self._target_docs_mask(target, cand)
-                m = t if m is None else m & t
-            if packet_types:
-                allowed = [self._value_docs("ptype", *self._table_exact("ptype", p))
-                           for p in packet_types]
-                t = _member(cand, allowed, self._n)
-                m = t if m is None else m & t
-            if path_filters:
-                for p in path_filters:
-                    cp = S.canon_path(p)
-                    ids, dv = self._table_exact("path", cp)
-                    filt_path.append(self._value_docs("path", ids, dv))
-                    word_rules.append(("pathf", cp, 0))
-                t = _member(cand, filt_path, self._n)
-                m = t if m is None else m & t
-            if symbol_filters:
-                for s_ in symbol_filters:
-                    filt_sym.append(self._symbol_filter_docs(s_.lower()))
-                    word_rules.append(("symf", s_.lower(), 0))
-                t = _member(cand, filt_sym, self._n)
-                m = t if m is None else m & t
-            if m is not None:
-                cand, score = cand[m], score[m]
-
-        # ---- scope
+            self._structured(query_words(query), q)
         task_docs = None
         if task_id:
-            task_docs = self._value_docs("task", *self._table_exact("task", task_id.lower()))
-        if scope == "task-only":
-            assert task_docs is not None
-            mk = _member(cand, [task_docs], self._n)
-            cand, score = cand[mk], score[mk]
-            order = self._top(cand, score, limit)
-        elif scope == "task-first":
-            assert task_docs is not None
-            mk = _member(cand, [task_docs], self._n)
-            first = self._top(cand[mk], score[mk], limit)
-            inn = np.flatnonzero(mk)
-            out = np.flatnonzero(~mk)
-            order = [int(inn[i]) for i in first]
-            if len(order) < limit:
-                rest = self._top(cand[out], score[out], limit - len(order))
-                order += [int(out[i]) for i in rest]
-        else:
-            order = self._top(cand, score, limit)
-
-        # ---- hits
-        kind_sorted = {k: (np.unique(np.concatenate(v)) if v else _EMPTY_I)
-                       for k, v in kind_docs.items()}
-        hits = []
-        text_sorted = text_docs  # always sorted (see _accumulate)
-        for j in order:
-            d = int(cand[j])
-            hits.append(self._hit(d, float(score[j]), qtoks, per_term, kind_sorted, word_rules,
-                                  text_sorted, task_id, task_docs, now))
-        return hits
-
-    def _all_live(self, la: float | None) -> np.ndarray:
-        docs = np.arange(self._n, dtype=np.int64)
-        m = self._live_mask(docs, la)
-        return docs if m is None else docs[m]
-
-    def _symbol_filter_docs(self, w: str) -> np.ndarray:
-        parts = []
-        for k in (w,):
-            ids, dv = self._table_exact("sym", k)
-            parts.append(self._value_docs("sym", ids, dv))
-        sids, _, sdelta = self._sym_scan("sym", w)
-        parts.append(self._value_docs("sym", np.unique(sids), [v for v, _ in sdelta]))
-        return np.concatenate(parts)
-
-    def _live_values(self, name: str, ids: np.ndarray, dvals: list[str],
-                     la: float | None) -> tuple[list[int], list[str]]:
-        """The values (base ids, delta strings) that have at least one live doc."""
-        live_ids = []
-        for i in np.asarray(ids).tolist():
-            docs = self._value_docs(name, np.array([i]), [])
-            m = self._live_mask(docs, la)
-            if m is None or bool(m.any()):
-                live_ids.append(i)
-        live_d = []
-        for v in dvals:
-            docs = self._value_docs(name, _EMPTY_I, [v])
-            m = self._live_mask(docs, la)
-            if m is None or bool(m.any()):
-                live_d.append(v)
-        return live_ids, live_d
-
-    def _match_word(self, w: str, la: float | None, boost_docs: list[np.ndarray],
-                    boost_vals: list[np.ndarray], kind_docs: dict[str, list[np.ndarray]],
-                    rules: list[tuple[str, str, int]]) -> None:
-        wl = w.lower()
-        path_hit = False
-        # paths
-        if is_path_like(w):
-            cw = S.canon_path(w)
-            ids, dv = self._table_exact("path", cw)
-            if len(ids) or dv:
-                path_hit = True
-                exact_ids: list[int] = []
-                exact_d: list[str] = []
-                alias_ids: list[int] = []
-                alias_d: list[str] = []
-                for i in np.asarray(ids).tolist():
-                    v = self._value_str("path", i)
-                    (exact_ids if path_level(v, cw) == 2 else alias_ids).append(i)
-                for v in dv:
-                    (exact_d if path_level(v, cw) == 2 else alias_d).append(v)
-                if alias_ids or alias_d:
-                    li, ld = self._live_values("path", np.array(alias_ids + exact_ids,
-                                                                dtype=np.int64),
-                                               alias_d + exact_d, la)
-                    # a path may live in both the base and the delta: count strings
-                    unique = len({self._value_str("path", i) for i in li} | set(ld)) == 1
-                else:
-                    unique = False
-                if unique:
-                    alias_docs = self._value_docs("path", np.array(alias_ids, dtype=np.int64),
-                                                  alias_d)
-                    rules.append(("path", cw, 1))
-                else:
-                    alias_docs = _EMPTY_I
-                    rules.append(("path", cw, 0))
-                ex_docs = self._value_docs("path", np.array(exact_ids, dtype=np.int64), exact_d)
-                d, b = _best([(ex_docs, BOOSTS["path_exact"]),
-                              (alias_docs, BOOSTS["path_alias"])])
-                if len(d):
-                    boost_docs.append(d)
-                    boost_vals.append(b)
-                    kind_docs["path"].append(d)
-        # symbols
-        if len(wl) >= 2:
-            levels: list[tuple[np.ndarray, float]] = []
-            ids, dv = self._table_exact("sym", wl)
-            levels.append((self._value_docs("sym", ids, dv), BOOSTS["symbol_exact"]))
-            partial = partial_symbol_ok(w) and not path_hit
-            if partial:
-                sids, slv, sdelta = self._sym_scan("sym", wl)
-                for lvl, bname in ((2, "symbol_prefix"), (1, "symbol_contains")):
-                    sel = np.unique(sids[slv == lvl]) if len(sids) else _EMPTY_I
-                    dsel = [v for v, lv in sdelta if lv == lvl]
-                    levels.append((self._value_docs("sym", sel, dsel), BOOSTS[bname]))
-            rules.append(("sym", wl, 1 if partial else 0))
-            d, b = _best(levels)
-            if len(d):
-                boost_docs.append(d)
-                boost_vals.append(b)
-                kind_docs["sym"].append(d)
-            # tests
-            ids, dv = self._table_exact("test", wl)
-            if len(ids) or dv:
-                d = np.unique(self._value_docs("test", ids, dv))
-                boost_docs.append(d)
-                boost_vals.append(np.full(len(d), BOOSTS["test_exact"]))
-                kind_docs["test"].append(d)
-                rules.append(("test", wl, 0))
-            # tasks
-            ids, dv = self._table_exact("task", wl)
-            if len(ids) or dv:
-                d = np.unique(self._value_docs("task", ids, dv))
-                boost_docs.append(d)
-                boost_vals.append(np.full(len(d), BOOSTS["task_exact"]))
-                kind_docs["task"].append(d)
-                rules.append(("task", wl, 0))
-
-    def _top(self, cand: np.ndarray, score: np.ndarray, k: int) -> list[int]:
-        """Positions of the best ``k`` candidates: score desc, newest, cache_key."""
-        n = len(cand)
-        if n == 0 or k <= 0:
+            ids, dv = self._table_exact("task", task_id.lower())
+            task_docs = _uniq(self._value_docs("task", ids, dv))
+        self._filter_sets(q, packet_types, path_filters, symbol_filters, target,
+                          task_docs if scope == "task-only" else None)
+        if q.ntok and not q.terms and not q.boost:
             return []
-        if n > k:
-            kth = np.partition(score, n - k)[n - k]
-            sel = np.flatnonzero(score >= kth)
-            if len(sel) > 4 * k + 64:
-                # a big tie at the k-th score: cut it by created_at first
-                gt = sel[score[sel] > kth]
-                eq = sel[score[sel] == kth]
-                need = k - len(gt)
-                ce = self._created[cand[eq]]
-                kc = np.partition(ce, len(ce) - need)[len(ce) - need]
-                eq = eq[ce >= kc]
-                sel = np.concatenate((gt, eq))
+        if scope == "task-first":
+            assert task_docs is not None
+            saved = q.restrict
+            q.restrict = task_docs if saved is None else saved[_isin_sorted(saved, task_docs)]
+            ranked = self._rank(q, limit, None)
+            if len(ranked) < limit:
+                q.restrict = saved
+                ranked += self._rank(q, limit - len(ranked), task_docs)
         else:
-            sel = np.arange(n)
-        sc = score[sel].tolist()
-        cr = self._created[cand[sel]].tolist()
-        rows = sorted(zip(sc, cr, sel.tolist(), strict=False), key=lambda r: (-r[0], -r[1]))
-        # resolve exact (score, created) ties by cache_key, only where needed
-        out: list[int] = []
-        i = 0
-        while i < len(rows) and len(out) < k:
-            j = i + 1
-            while j < len(rows) and rows[j][0] == rows[i][0] and rows[j][1] == rows[i][1]:
-                j += 1
-            group = [r[2] for r in rows[i:j]]
-            if len(group) > 1:
-                group.sort(key=lambda p: self._key_of(int(cand[p])))
-            out.extend(group)
-            i = j
-        return out[:k]
+            ranked = self._rank(q, limit, None)
+        return [self._hit(d, sc, m, q, task_id, now) for sc, d, m in ranked]
 
+    # ------------------------------------------------------------ hits
     def _key_of(self, d: int) -> str:
         if d >= self._nb:
             return self._ddocs[d].cache_key
+        if self._keyhex:
+            return bytes(self._mv["key_bin"][32 * d : 32 * d + 32]).hex()
         seg = self._seg
-        return seg["key_blob"][seg["key_off"][d] : seg["key_off"][d + 1]].tobytes().decode(
-            "utf-8", "surrogatepass")
+        return S.dec(seg["key_blob"][int(seg["key_off"][d]) : int(seg["key_off"][d + 1])]
+                     .tobytes())
 
     def _fields(self, d: int) -> tuple[str, str, tuple[str, ...], tuple[str, ...],
                                        tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
@@ -808,70 +1487,61 @@ class RecallIndex:
             doc = self._ddocs[d]
             return (doc.cache_key, doc.summary, doc.paths, doc.symbols, doc.tests,
                     doc.task_ids, doc.packet_types)
-        seg = self._seg
-        rec = seg["rec_blob"][seg["rec_off"][d] : seg["rec_off"][d + 1]].tobytes()
-        s, p, y, t, k, pt = S.decode_record(rec)
-        return self._key_of(d), s, p, y, t, k, pt
+        mv = self._mv
+        so = mv["sum_off"]
+        summary = S.dec(bytes(mv["sum_blob"][so[d] : so[d + 1]]))
+        vo = mv["dv_off"]
+        lists: list[list[str]] = [[], [], [], [], []]
+        cache = self._vcache
+        for g in mv["dv_val"][vo[d] : vo[d + 1]].tolist():
+            got = cache.get(g) or self._gvalue(g)
+            lists[got[0]].append(got[1])
+        return (self._key_of(d), summary, tuple(lists[0]), tuple(lists[1]), tuple(lists[2]),
+                tuple(lists[3]), tuple(lists[4]))
 
-    def _hit(self, d: int, score: float, qtoks: list[str],
-             per_term: dict[str, tuple[np.ndarray, set[int]]],
-             kind_sorted: dict[str, np.ndarray], rules: list[tuple[str, str, int]],
-             text_sorted: np.ndarray, task_id: str | None, task_docs: np.ndarray | None,
-             now: float) -> RecallHit:
+    def _hit(self, d: int, score: float, matched: list[str] | None, q: _Query,
+             task_id: str | None, now: float) -> RecallHit:
         key, summary, paths, symbols, tests, task_ids, ptypes = self._fields(d)
-        matched = []
-        for t in qtoks:
-            pt = per_term.get(t)
-            if pt is None:
-                continue
-            base_docs, dset = pt
-            if d in dset or (len(base_docs) and _sorted_has(base_docs, d)):
-                matched.append(t)
-        reasons = []
-        if matched:
-            reasons.append("bm25_text")
+        if matched is None:
+            matched = [t.tok for t in q.terms if self._tf_py(t, d)]
+        reasons = ["bm25_text"] if matched else []
         mpaths: list[str] = []
         msyms: list[str] = []
-        cpaths = [S.canon_path(p) for p in paths]
-        lsyms = [s.lower() for s in symbols]
-        for kind, w, mode in rules:
-            if kind == "path" or kind == "pathf":
-                for p, cp in zip(paths, cpaths, strict=False):
-                    lv = path_level(cp, w)
-                    if (lv == 2 or (lv == 1 and (mode == 1 or kind == "pathf"))) \
-                            and p not in mpaths:
-                        mpaths.append(p)
-            elif kind == "sym" or kind == "symf":
-                for s_, ls in zip(symbols, lsyms, strict=False):
-                    if sym_level(ls, w, mode == 1 or kind == "symf") and s_ not in msyms:
-                        msyms.append(s_)
-        if mpaths:
-            reasons.append("path_match")
-        if msyms:
-            reasons.append("symbol_match")
-        if _sorted_has(kind_sorted["test"], d):
+        kd = q.kind_docs
+        # only docs that got a path/symbol boost, or a path/symbol filter, can match
+        if paths and (d in kd["path"] or q.filter_rules):
+            cpaths = [S.canon_path(p) for p in paths]
+            for kind, w, mode in q.rules:
+                if kind == "path" or kind == "pathf":
+                    for p, cp in zip(paths, cpaths, strict=True):
+                        lv = path_level(cp, w)
+                        if (lv == 2 or (lv == 1 and (mode == 1 or kind == "pathf"))) \
+                                and p not in mpaths:
+                            mpaths.append(p)
+            if mpaths:
+                reasons.append("path_match")
+        if symbols and (d in kd["sym"] or q.filter_rules):
+            lsyms = [s.lower() for s in symbols]
+            for kind, w, mode in q.rules:
+                if kind == "sym" or kind == "symf":
+                    for s_, ls in zip(symbols, lsyms, strict=True):
+                        if sym_level(ls, w, mode == 1 or kind == "symf") and s_ not in msyms:
+                            msyms.append(s_)
+            if msyms:
+                reasons.append("symbol_match")
+        if d in kd["test"]:
             reasons.append("test_match")
-        if _sorted_has(kind_sorted["task"], d) or (
-                task_id and task_id.lower() in (k.lower() for k in task_ids)):
+        if d in kd["task"] or (task_id and task_id.lower() in (k.lower() for k in task_ids)):
             reasons.append("task_match")
-        est = int(self._est[d])
-        created = float(self._created[d])
-        snippet = make_snippet([summary, *paths, *symbols, *tests], matched)
+        est = int(self._est[d]) if d >= self._nb else self._mv["est"][d]
+        created = self._created_mv[d]
+        names = self._tnames if self._tnames is not None else self._targets()[0]
         return RecallHit(
-            cache_key=key,
-            target=self._target_name(d),
-            score=score,
-            summary=summary,
-            snippet=snippet,
-            matched_tokens=tuple(matched),
-            matched_paths=tuple(mpaths),
-            matched_symbols=tuple(msyms),
-            match_reasons=tuple(reasons),
-            packet_types=tuple(ptypes),
-            task_ids=tuple(task_ids),
-            budget_estimate={"est_tokens": est_tokens(est), "est_bytes": est},
-            created_at_unix=created,
-            age_secs=max(0.0, now - created),
+            key, names[self._tgt[d]], score, summary,
+            make_snippet([summary, *paths, *symbols, *tests], matched),
+            tuple(matched), tuple(mpaths), tuple(msyms), tuple(reasons), ptypes, task_ids,
+            {"est_tokens": -(-est // 4) if est > 0 else 0, "est_bytes": est},
+            created, max(0.0, now - created),
         )
 
     def _target_name(self, d: int) -> str:
@@ -879,84 +1549,69 @@ class RecallIndex:
         return names[int(self._tgt[d])]
 
 
-_EMPTY_I = np.zeros(0, dtype=np.int64)
+def tokenize_texts(doc: RecallDoc) -> list[str]:
+    """Every token of a doc's indexed text, in order."""
+    out: list[str] = []
+    for t in S.doc_texts(doc):
+        out.extend(tokenize(t))
+    return out
 
 
-def _sorted_has(arr: np.ndarray, d: int) -> bool:
-    if len(arr) == 0:
-        return False
-    i = int(np.searchsorted(arr, d))
-    return i < len(arr) and int(arr[i]) == d
+class _Member:
+    """Membership in a sorted doc array: a bitmap when large, a set when small."""
+
+    __slots__ = ("s", "m")
+
+    def __init__(self, docs: np.ndarray, n: int) -> None:
+        if len(docs) <= 256:
+            self.s: set[int] | None = set(docs.tolist())
+            self.m = None
+        else:
+            self.s = None
+            mark = np.zeros(max(n, 1), dtype=np.uint8)
+            mark[docs] = 1
+            self.m = memoryview(mark)
+
+    def __contains__(self, d: object) -> bool:
+        if self.s is not None:
+            return d in self.s
+        assert self.m is not None and isinstance(d, int)
+        return bool(self.m[d])
 
 
-def _accumulate(docs: list[np.ndarray], vals: list[np.ndarray], n: int) -> tuple[np.ndarray,
-                                                                                    np.ndarray]:
-    """Sum values per doc over several (docs, values) lists; docs unique within a list."""
-    docs = [d for d in docs if len(d)]
-    vals = [v for v in vals if len(v)]
+def _uniq(docs: list[int]) -> np.ndarray:
     if not docs:
-        return _EMPTY_I, np.zeros(0, dtype=np.float64)
+        return _EMPTY_I
+    return np.unique(np.array(docs, dtype=np.int64))
+
+
+def _isin_sorted(D: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """Mask of ``D`` entries present in sorted unique ``R``."""
+    if not len(R) or not len(D):
+        return np.zeros(len(D), dtype=bool)
+    j = np.searchsorted(R, D)
+    np.minimum(j, len(R) - 1, out=j)
+    return R[j] == D
+
+
+def _accumulate(docs: list[np.ndarray], vals: list[np.ndarray], n: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Union of doc lists with summed values: (sorted docs, sums)."""
+    if not docs:
+        return _EMPTY_I, _EMPTY_F
     if len(docs) == 1:
-        return docs[0].astype(np.int64, copy=False), vals[0].astype(np.float64, copy=False)
-    total = sum(len(d) for d in docs)
-    if total * 8 < n:
-        alld = np.concatenate(docs).astype(np.int64, copy=False)
-        allv = np.concatenate(vals)
+        d, v = docs[0], vals[0]
+        if len(d) > 1 and not bool((d[1:] > d[:-1]).all()):
+            o = np.argsort(d, kind="stable")
+            d, v = d[o], v[o]
+        return d.astype(np.int64, copy=False), v.astype(np.float64, copy=False)
+    alld = np.concatenate(docs).astype(np.int64, copy=False)
+    allv = np.concatenate(vals).astype(np.float64, copy=False)
+    if len(alld) * 8 < n:
         u, inv = np.unique(alld, return_inverse=True)
         return u, np.bincount(inv, weights=allv, minlength=len(u))
-    # every value is > 0, so a doc was hit iff its sum is > 0
-    acc = np.bincount(np.concatenate(docs), weights=np.concatenate(vals), minlength=n)
-    u = np.flatnonzero(acc)
+    seen = np.zeros(n, dtype=bool)
+    seen[alld] = True
+    acc = np.bincount(alld, weights=allv, minlength=n)
+    u = np.flatnonzero(seen)
     return u, acc[u]
-
-
-def _merge_sorted(a: np.ndarray, av: np.ndarray, b: np.ndarray,
-                  bv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of two doc lists (``a`` sorted, both unique) with summed values; sorted."""
-    if not len(a):
-        o = np.argsort(b, kind="stable")
-        return b[o], bv[o]
-    pos = np.searchsorted(a, b)
-    pos_c = np.minimum(pos, len(a) - 1)
-    found = a[pos_c] == b
-    score = av.astype(np.float64, copy=True)
-    np.add.at(score, pos_c[found], bv[found])
-    if found.all():
-        return a, score
-    docs = np.concatenate((a, b[~found]))
-    score = np.concatenate((score, bv[~found]))
-    o = np.argsort(docs, kind="stable")
-    return docs[o], score[o]
-
-
-def _best(levels: list[tuple[np.ndarray, float]]) -> tuple[np.ndarray, np.ndarray]:
-    """Per doc, the highest boost among the levels (levels given best first)."""
-    seen: np.ndarray | None = None
-    out_d: list[np.ndarray] = []
-    out_b: list[np.ndarray] = []
-    for docs, boost in levels:
-        if not len(docs):
-            continue
-        docs = np.unique(docs)
-        if seen is not None and len(seen):
-            docs = docs[~np.isin(docs, seen, assume_unique=True)]
-        if len(docs):
-            out_d.append(docs)
-            out_b.append(np.full(len(docs), boost))
-            seen = docs if seen is None else np.union1d(seen, docs)
-    if not out_d:
-        return _EMPTY_I, np.zeros(0)
-    return np.concatenate(out_d), np.concatenate(out_b)
-
-
-def _member(cand: np.ndarray, sets: list[np.ndarray], n: int) -> np.ndarray:
-    """Mask of ``cand`` entries present in any of ``sets``."""
-    sets = [s for s in sets if len(s)]
-    if not sets:
-        return np.zeros(len(cand), dtype=bool)
-    allowed = np.concatenate(sets)
-    if len(cand) * 4 > n or len(allowed) * 4 > n:
-        mark = np.zeros(n, dtype=bool)
-        mark[allowed] = True
-        return mark[cand]
-    return np.isin(cand, allowed)

@@ -1,11 +1,20 @@
 """Frozen, columnar index segments: build, merge, (de)serialise.
 
-A segment is a dict of flat numpy arrays (see ``ARRAY_NAMES``); it can live
-on top of a ``bytes``/``mmap`` buffer without copying (``np.frombuffer``), so
+A segment is a dict of flat numpy arrays (see ``_REQUIRED``); it can live on
+top of a ``bytes``/``mmap`` buffer without copying (``np.frombuffer``), so
 opening a checkpointed index costs a header parse, not a rebuild.
 
-Documents in a segment are numbered in ``created_at`` order, so "created at
-or after T" is a suffix of the doc ids and of every posting list.
+Documents are numbered by ``(created_at, cache_key descending)``: "created at
+or after T" is a suffix of the doc ids and of every posting list, and among
+docs of equal score a higher id is the better one (newest, then smallest
+cache_key), which is the ranking's tie-break.
+
+Terms are *small* (postings sorted by doc: ``post_doc``/``post_tf``) or *big*
+(in at least ``max(BIG_MIN_DOCS, n / BIG_FRACTION)`` docs): a big term keeps a
+dense per-doc tf row (``big_tf``) for O(1) probes and its docs in *impact
+order* (``imp_doc``: grouped by tf, each group by doc length ascending, then
+doc id descending), so the best docs for that term alone come first whatever
+the average length is.  See docs/recall.md, "Index layout".
 """
 
 from __future__ import annotations
@@ -25,20 +34,41 @@ import numpy as np
 from .tokenize import _IDENT, ident_tokens
 from .types import RecallDoc
 
-MAGIC = b"CTXRECL1"
-FORMAT_VERSION = 1
+MAGIC = b"CTXRECL2"
+FORMAT_VERSION = 2
 _ALIGN = 64
 
 I32 = np.int32
 I64 = np.int64
+U8 = np.uint8
 
+#: structured tables, in the order their values appear in a doc's value list
 TABLES = ("path", "sym", "test", "task", "ptype")
+_RAW_FIELD = {"path": "paths", "sym": "symbols", "test": "tests", "task": "task_ids",
+              "ptype": "packet_types"}
+
+K1 = 1.5  # BM25 parameters (the index module documents them)
+B = 0.75
+
+#: a small term in at least this many docs also gets an impact order (of positions)
+MID_IMPACT_DOCS = 1024
+#: a term is big when in >= max(BIG_MIN_DOCS, n / BIG_FRACTION) docs (tests lower it)
+BIG_MIN_DOCS = 1024
+BIG_FRACTION = 8
+
+# meta array slots
+M_KEYHEX = 0  # 1: every cache_key is 64 lowercase hex chars, stored as 32 raw bytes
+M_TBASE = 1  # M_TBASE + i: first global value id of TABLES[i]; M_TBASE + 5: the end
+M_LEN = M_TBASE + len(TABLES) + 1
+
+_HEX = re.compile(r"[0-9a-f]{64}\Z")
 
 
 # ---------------------------------------------------------------- normalisers
 def canon_path(p: str) -> str:
     """Canonical form of a path: ``/`` separators, no ``./`` prefix, no ``//``."""
-    p = p.replace("\\", "/")
+    if "\\" in p:
+        p = p.replace("\\", "/")
     while "//" in p:
         p = p.replace("//", "/")
     while p.startswith("./"):
@@ -73,80 +103,70 @@ def test_keys(v: str) -> list[str]:
     return [v] if (not last or last == v) else [v, last]
 
 
-def same_key(v: str) -> list[str]:
-    return [v]
-
-
-def sym_value(s: str) -> str:
+def _lower(s: str) -> str:
     return s.lower()
 
 
-def ident_value(s: str) -> str:
+def _same(s: str) -> str:
     return s
 
 
-# table name -> (value normaliser, keys of a value)
+# table name -> (normaliser of a raw value, lookup keys of a normalised value)
 TABLE_RULES: dict[str, tuple[Callable[[str], str], Callable[[str], list[str]]]] = {
     "path": (canon_path, path_keys),
-    "sym": (sym_value, sym_keys),
-    "test": (sym_value, test_keys),
-    "task": (sym_value, same_key),
-    "ptype": (ident_value, same_key),
+    "sym": (_lower, sym_keys),
+    "test": (_lower, test_keys),
+    "task": (_lower, lambda v: [v]),
+    "ptype": (_same, lambda v: [v]),
 }
 
 
+def value_keys(table: str, raw: str) -> list[str]:
+    """Lookup keys of a raw table value (``AuthService.login`` -> its lowercase, ``login``)."""
+    norm, keyfn = TABLE_RULES[table]
+    return keyfn(norm(raw))
+
+
 def doc_table_values(doc: RecallDoc, table: str) -> tuple[str, ...]:
-    raw = {
-        "path": doc.paths,
-        "sym": doc.symbols,
-        "test": doc.tests,
-        "task": doc.task_ids,
-        "ptype": doc.packet_types,
-    }[table]
-    norm = TABLE_RULES[table][0]
-    return tuple(dict.fromkeys(norm(v).replace("\n", " ") for v in raw))
-
-
-# ---------------------------------------------------------------- records
-def encode_record(doc: RecallDoc) -> bytes:
-    """The stored fields of a doc needed to render a hit."""
-    parts = [doc.summary, *doc.paths, *doc.symbols, *doc.tests, *doc.task_ids, *doc.packet_types]
-    body = "\x00".join(parts)
-    if body.count("\x00") != len(parts) - 1:
-        return b"\x01" + json.dumps(
-            [doc.summary, doc.paths, doc.symbols, doc.tests, doc.task_ids, doc.packet_types]
-        ).encode()
-    head = (
-        f"{len(doc.paths)},{len(doc.symbols)},{len(doc.tests)},"
-        f"{len(doc.task_ids)},{len(doc.packet_types)}\x00"
-    )
-    return (head + body).encode("utf-8", "surrogatepass")
-
-
-def decode_record(data: bytes) -> tuple[str, tuple[str, ...], ...]:  # type: ignore[misc]
-    """(summary, paths, symbols, tests, task_ids, packet_types)."""
-    if data[:1] == b"\x01":
-        s, p, y, t, k, pt = json.loads(data[1:])
-        return s, tuple(p), tuple(y), tuple(t), tuple(k), tuple(pt)
-    text = data.decode("utf-8", "surrogatepass")
-    head, _, body = text.partition("\x00")
-    np_, ns, nt, nk, npt = (int(x) for x in head.split(","))
-    parts = body.split("\x00")
-    i = 1
-    out: list[Any] = [parts[0]]
-    for n in (np_, ns, nt, nk, npt):
-        out.append(tuple(parts[i : i + n]))
-        i += n
-    return tuple(out)  # type: ignore[return-value]
+    """The distinct raw values of one of a doc's structured fields."""
+    return tuple(dict.fromkeys(getattr(doc, _RAW_FIELD[table])))
 
 
 # ---------------------------------------------------------------- helpers
+def enc(s: str) -> bytes:
+    return s.encode("utf-8", "surrogatepass")
+
+
+def dec(b: bytes) -> str:
+    return b.decode("utf-8", "surrogatepass")
+
+
+def off_dtype(maxval: int) -> Any:
+    return np.uint32 if maxval < (1 << 32) else I64
+
+
+def uint_dtype(maxval: int) -> Any:
+    if maxval < (1 << 8):
+        return np.uint8
+    if maxval < (1 << 16):
+        return np.uint16
+    if maxval < (1 << 32):
+        return np.uint32
+    return np.uint64
+
+
+def offsets(lens: np.ndarray) -> np.ndarray:
+    """CSR offsets (n+1) of the given lengths, in the narrowest offset dtype."""
+    off = np.zeros(len(lens) + 1, dtype=I64)
+    if len(lens):
+        np.cumsum(lens, out=off[1:])
+    return off.astype(off_dtype(int(off[-1])))
+
+
 def strings_blob(items: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """Concatenation + offsets (n+1)."""
     lens = np.fromiter(map(len, items), dtype=I64, count=len(items))
-    off = np.zeros(len(items) + 1, dtype=I64)
-    np.cumsum(lens, out=off[1:])
-    return np.frombuffer(b"".join(items), dtype=np.uint8), off
+    return np.frombuffer(b"".join(items), dtype=U8), offsets(lens)
 
 
 def gather_ranges(off: np.ndarray, data: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -155,9 +175,9 @@ def gather_ranges(off: np.ndarray, data: np.ndarray, ids: np.ndarray) -> np.ndar
         return data[:0]
     if len(ids) == 1:
         i = int(ids[0])
-        return data[off[i] : off[i + 1]]
-    starts = off[ids]
-    lens = off[ids + 1] - starts
+        return data[int(off[i]) : int(off[i + 1])]
+    starts = off[ids].astype(I64)
+    lens = off[ids + 1].astype(I64) - starts
     total = int(lens.sum())
     if total == 0:
         return data[:0]
@@ -166,25 +186,17 @@ def gather_ranges(off: np.ndarray, data: np.ndarray, ids: np.ndarray) -> np.ndar
     return data[idx]
 
 
-def gather_lens(off: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    return off[ids + 1] - off[ids]
-
-
-def _hash(b: bytes) -> int:
-    return zlib.crc32(b)
-
-
 def build_hash(items: Sequence[bytes]) -> np.ndarray:
-    """Open-addressing table (linear probing) of item ids keyed by crc32."""
+    """Open-addressing table (linear probing, load <= 0.8) of item ids keyed by crc32."""
     n = len(items)
     size = 8
-    while size < 2 * n + 8:
+    while size < n + n // 4 + 1:
         size <<= 1
     mask = size - 1
     table = np.full(size, -1, dtype=I32)
     if n == 0:
         return table
-    pos = np.fromiter(map(_hash, items), dtype=np.uint32, count=n).astype(I64) & mask
+    pos = np.fromiter(map(zlib.crc32, items), dtype=np.uint32, count=n).astype(I64) & mask
     pending = np.arange(n, dtype=I64)
     while len(pending):
         empty = table[pos] == -1
@@ -203,114 +215,127 @@ def build_hash(items: Sequence[bytes]) -> np.ndarray:
     return table
 
 
-def hash_lookup(table: np.ndarray, blob: np.ndarray, off: np.ndarray, key: bytes) -> int:
-    """Id of ``key`` in a table made by :func:`build_hash`, or -1."""
-    mask = len(table) - 1
-    pos = _hash(key) & mask
-    n = len(key)
-    while True:
-        i = int(table[pos])
-        if i < 0:
-            return -1
-        s = int(off[i])
-        if int(off[i + 1]) - s == n and blob[s : s + n].tobytes() == key:
-            return i
-        pos = (pos + 1) & mask
-
-
-def csr(keys: np.ndarray, vals: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of (key, val) pairs, assuming they are already sorted by (key, val)."""
-    off = np.zeros(n + 1, dtype=I64)
-    if len(keys):
-        np.cumsum(np.bincount(keys, minlength=n), out=off[1:])
-    return off, vals
-
-
 def sort_pairs(a: np.ndarray, b: np.ndarray, dedupe: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Sort (a, b) int pairs (both < 2**31) by (a, b); optionally drop duplicates."""
     if len(a) == 0:
         return a.astype(I64), b.astype(I64)
     key = (a.astype(np.uint64) << np.uint64(32)) | b.astype(np.uint64)
     key = np.sort(key)
-    if dedupe:
+    if dedupe and len(key) > 1:
         keep = np.ones(len(key), dtype=bool)
         keep[1:] = key[1:] != key[:-1]
         key = key[keep]
     return (key >> np.uint64(32)).astype(I64), (key & np.uint64(0xFFFFFFFF)).astype(I64)
 
 
-# ---------------------------------------------------------------- building
-class _WordIds(dict):  # type: ignore[type-arg]
-    """raw identifier -> tuple of term ids; fills itself on a miss."""
+class _AutoIds(dict):  # type: ignore[type-arg]
+    """value -> dense id, numbering new values on first sight."""
 
-    def __init__(self, term_ids: dict[str, int]) -> None:
-        super().__init__()
-        self.term_ids = term_ids
+    def __missing__(self, key: Any) -> int:
+        i = self[key] = len(self)
+        return i
 
-    def __missing__(self, word: str) -> tuple[int, ...]:
-        tids = self.term_ids
-        ids = tuple(tids.setdefault(t, len(tids)) for t in ident_tokens(word))
-        self[word] = ids
+
+# ---------------------------------------------------------------- tokens of new docs
+def doc_texts(d: RecallDoc) -> tuple[str, ...]:
+    return (d.summary, *d.paths, *d.symbols, *d.tests, *d.payload_text)
+
+
+def tokenize_docs(docs: Sequence[RecallDoc], term_ids: dict[str, int]
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Bulk tokenisation: (tid, local doc, tf) sorted by (tid, doc), and doc lengths.
+
+    Texts repeat across packets (paths, tests, signatures, re-puts) and words
+    repeat across texts, so each distinct text and each distinct word is
+    tokenised once; the per-doc token streams are assembled with numpy.
+    """
+    nd = len(docs)
+    texts = _AutoIds()
+    tget = texts.__getitem__
+    per_doc = [doc_texts(d) for d in docs]
+    ntexts = np.fromiter(map(len, per_doc), dtype=I64, count=nd)
+    tix = np.fromiter(map(tget, chain.from_iterable(per_doc)), dtype=I64, count=int(ntexts.sum()))
+    del per_doc
+    # tokens of each distinct text, as term ids
+    words: dict[str, tuple[int, ...]] = {}
+    tids = term_ids
+
+    def word_ids(w: str) -> tuple[int, ...]:
+        ids = words.get(w)
+        if ids is None:
+            ids = words[w] = tuple(tids.setdefault(t, len(tids)) for t in ident_tokens(w))
         return ids
 
-
-def tokenize_docs(
-    docs: Sequence[RecallDoc], term_ids: dict[str, int]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Bulk tokenisation: (tid, local doc, tf) triples sorted by (tid, doc), and doc lengths."""
-    wc = _WordIds(term_ids)
-    get = wc.__getitem__
+    wget = words.get
     findall = _IDENT.findall
-    from_iter = chain.from_iterable
-    # texts repeat a lot across packets (paths, signatures, re-puts): tokenise each once
-    text_ids: dict[str, tuple[int, ...]] = {}
-
-    def text_missing(t: str) -> tuple[int, ...]:
-        ids = tuple(from_iter(map(get, findall(t))))
-        if len(text_ids) < 2_000_000:
-            text_ids[t] = ids
-        return ids
-
-    tget = text_ids.get
-    arr = array("i")
-    ext = arr.extend
-    lens = array("q")
-    push = lens.append
+    flat = array("i")
+    ext = flat.extend
+    tlen = array("q")
+    push = tlen.append
     prev = 0
-    for d in docs:
-        for t in (d.summary, *d.paths, *d.symbols, *d.tests, *d.payload_text):
-            ids = tget(t)
-            ext(ids if ids is not None else text_missing(t))
-        cur = len(arr)
+    for t in texts:
+        for w in findall(t):
+            ids = wget(w)
+            ext(ids if ids is not None else word_ids(w))
+        cur = len(flat)
         push(cur - prev)
         prev = cur
-    dl = np.frombuffer(lens, dtype=I64).astype(I32) if len(lens) else np.zeros(0, I32)
-    tid = np.frombuffer(arr, dtype=I32) if len(arr) else np.zeros(0, I32)
-    if len(tid) == 0:
+    text_len = np.frombuffer(tlen, dtype=I64) if len(tlen) else np.zeros(0, I64)
+    text_tok = np.frombuffer(flat, dtype=I32) if len(flat) else np.zeros(0, I32)
+    text_off = np.zeros(len(text_len) + 1, dtype=I64)
+    np.cumsum(text_len, out=text_off[1:])
+    doc_of = np.repeat(np.arange(nd, dtype=I64), ntexts)
+    occ_len = text_len[tix] if len(tix) else np.zeros(0, I64)
+    dl = np.bincount(doc_of, weights=occ_len, minlength=nd).astype(I64) if nd else \
+        np.zeros(0, I64)
+    if int(occ_len.sum()) == 0:
         z = np.zeros(0, I64)
         return z, z, z, dl
-    doc = np.repeat(np.arange(len(docs), dtype=np.uint64), dl.astype(I64))
-    key = np.sort((tid.astype(np.uint64) << np.uint64(32)) | doc)
+    tok = gather_ranges(text_off, text_tok, tix)
+    tdoc = np.repeat(doc_of, occ_len).astype(np.uint64)
+    key = np.sort((tok.astype(np.uint64) << np.uint64(32)) | tdoc)
     brk = np.flatnonzero(key[1:] != key[:-1]) + 1
     starts = np.concatenate(([0], brk))
     tf = np.diff(np.concatenate((starts, [len(key)])))
     uk = key[starts]
-    return (
-        (uk >> np.uint64(32)).astype(I64),
-        (uk & np.uint64(0xFFFFFFFF)).astype(I64),
-        tf.astype(I64),
-        dl,
-    )
+    return ((uk >> np.uint64(32)).astype(I64), (uk & np.uint64(0xFFFFFFFF)).astype(I64),
+            tf.astype(I64), dl)
 
 
-def _tf_dtype(maxtf: int) -> Any:
-    if maxtf < 256:
-        return np.uint8
-    if maxtf < 65536:
-        return np.uint16
-    return np.uint32
+# ---------------------------------------------------------------- reading a segment back
+def decode_strings(blob: np.ndarray, off: np.ndarray) -> list[str]:
+    b = blob.tobytes()
+    o = off.tolist()
+    return [dec(b[o[i] : o[i + 1]]) for i in range(len(o) - 1)]
 
 
+def seg_keys(seg: dict[str, np.ndarray]) -> list[str]:
+    """Every doc's cache_key, in doc order."""
+    if int(seg["meta"][M_KEYHEX]):
+        raw = seg["key_bin"].tobytes()
+        return [raw[i : i + 32].hex() for i in range(0, len(raw), 32)]
+    return decode_strings(seg["key_blob"], seg["key_off"])
+
+
+def seg_postings(seg: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All (tid, doc, tf) postings of a segment (small and big terms), unsorted."""
+    poff = seg["post_off"].astype(I64)
+    tid = [np.repeat(np.arange(len(poff) - 1, dtype=I64), np.diff(poff))]
+    doc = [seg["post_doc"].astype(I64)]
+    tf = [seg["post_tf"].astype(I64)]
+    n = len(seg["created"])
+    big = seg["big_tid"]
+    if len(big) and n:
+        rows = seg["big_tf"].reshape(len(big), n)
+        for b, t in enumerate(big.tolist()):
+            d = np.flatnonzero(rows[b])
+            tid.append(np.full(len(d), t, dtype=I64))
+            doc.append(d.astype(I64))
+            tf.append(rows[b][d].astype(I64))
+    return np.concatenate(tid), np.concatenate(doc), np.concatenate(tf)
+
+
+# ---------------------------------------------------------------- building
 def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
              docs: Sequence[RecallDoc]) -> dict[str, np.ndarray]:
     """A new segment from the kept docs of ``base`` plus ``docs`` (tokenised here)."""
@@ -322,213 +347,364 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     nd = len(docs)
     n = nk + nd
 
-    # ---- terms
+    # ---- order: created ascending, cache_key descending
+    created = np.empty(n, dtype=np.float64)
+    keys: list[str] = []
+    if base is not None:
+        created[:nk] = base["created"][kept]
+        allk = seg_keys(base)
+        keys = [allk[i] for i in kept.tolist()]
+    created[nk:] = [d.created_at for d in docs]
+    keys.extend(d.cache_key for d in docs)
+    order = np.argsort(created, kind="stable")
+    cs = created[order]
+    if n > 1 and bool((cs[1:] == cs[:-1]).any()):
+        # equal timestamps: the larger cache_key gets the smaller id
+        ol = order.tolist()
+        ol.sort(key=keys.__getitem__, reverse=True)
+        ol.sort(key=created.__getitem__)
+        order = np.array(ol, dtype=I64)
+    newid = np.empty(n, dtype=I64)
+    newid[order] = np.arange(n, dtype=I64)
+    old2new = np.full(nb, -1, dtype=I64)
+    old2new[kept] = newid[:nk]
+    new_ids = newid[nk:]
+
+    seg: dict[str, np.ndarray] = {}
+    meta = np.zeros(M_LEN, dtype=I64)
+    seg["created"] = created[order]
+
+    # ---- per-doc numbers
+    est = np.empty(n, dtype=I64)
+    if base is not None:
+        est[:nk] = base["est"][kept]
+    est[nk:] = [d.est_bytes for d in docs]
+    est = est[order]
+    seg["est"] = est.astype(np.uint32) if (n == 0 or (int(est.min()) >= 0 and int(
+        est.max()) < (1 << 32))) else est
+
+    # ---- keys
+    okeys = [keys[i] for i in order.tolist()]
+    if all(len(k) == 64 and _HEX.match(k) for k in okeys):
+        meta[M_KEYHEX] = 1
+        seg["key_bin"] = np.frombuffer(bytes.fromhex("".join(okeys)), dtype=U8)
+        seg["key_blob"], seg["key_off"] = np.zeros(0, U8), np.zeros(1, np.uint32)
+    else:
+        seg["key_bin"] = np.zeros(0, U8)
+        seg["key_blob"], seg["key_off"] = strings_blob([enc(k) for k in okeys])
+    del keys, okeys
+
+    # ---- targets
+    tnames: list[str] = []
+    if base is not None:
+        tnames = decode_strings(base["tgt_blob"], base["tgt_off"])
+    tmap = _AutoIds((t, i) for i, t in enumerate(tnames))
+    tgt = np.empty(n, dtype=I64)
+    if base is not None:
+        tgt[:nk] = base["tgt"][kept]
+    tgt[nk:] = np.fromiter((tmap[d.target] for d in docs), dtype=I64, count=nd)
+    tnames = list(tmap)
+    tgt = tgt[order]
+    seg["tgt"] = tgt.astype(uint_dtype(len(tnames)))
+    seg["tgt_blob"], seg["tgt_off"] = strings_blob([enc(t) for t in tnames])
+    tord = np.argsort(tgt, kind="stable")
+    seg["tgtd_off"] = offsets(np.bincount(tgt, minlength=len(tnames)) if n else
+                              np.zeros(len(tnames), I64))
+    seg["tgtd_doc"] = tord.astype(I32)
+
+    # ---- summaries
+    sum_parts: list[np.ndarray] = []
+    lens = np.empty(n, dtype=I64)
+    if base is not None and nk:
+        boff = base["sum_off"]
+        sum_parts.append(gather_ranges(boff, base["sum_blob"], kept))
+        lens[:nk] = (boff[kept + 1].astype(I64) - boff[kept].astype(I64))
+    new_sum = [enc(d.summary) for d in docs]
+    sum_parts.append(np.frombuffer(b"".join(new_sum), dtype=U8))
+    lens[nk:] = np.fromiter(map(len, new_sum), dtype=I64, count=nd)
+    del new_sum
+    flat = np.concatenate(sum_parts)
+    src = np.zeros(n + 1, dtype=I64)
+    np.cumsum(lens, out=src[1:])
+    seg["sum_blob"] = gather_ranges(src, flat, order) if n else flat
+    seg["sum_off"] = offsets(lens[order])
+
+    # ---- structured tables and each doc's value list
+    _assemble_tables(seg, meta, base, kept, old2new, docs, new_ids, order, n)
+
+    # ---- postings
     term_ids: dict[str, int] = {}
     base_terms: list[bytes] = []
     if base is not None:
         tb = base["term_blob"].tobytes()
         toff = base["term_off"].tolist()
         base_terms = [tb[toff[i] : toff[i + 1]] for i in range(len(toff) - 1)]
-        term_ids = {t.decode("utf-8", "surrogatepass"): i for i, t in enumerate(base_terms)}
+        term_ids = {dec(t): i for i, t in enumerate(base_terms)}
     nbt = len(term_ids)
     ntid, ndoc, ntf, ndl = tokenize_docs(docs, term_ids)
-    new_terms = list(term_ids)[nbt:]
-    all_terms = base_terms + [t.encode("utf-8", "surrogatepass") for t in new_terms]
-
-    # ---- per-doc columns, in created order
-    created = np.empty(n, dtype=np.float64)
-    dl = np.empty(n, dtype=I32)
-    est = np.empty(n, dtype=I64)
+    all_terms = base_terms + [enc(t) for t in list(term_ids)[nbt:]]
+    dl = np.empty(n, dtype=I64)
     if base is not None:
-        created[:nk] = base["created"][kept]
         dl[:nk] = base["dl"][kept]
-        est[:nk] = base["est"][kept]
-    created[nk:] = [d.created_at for d in docs]
-    dl[nk:] = ndl
-    est[nk:] = [d.est_bytes for d in docs]
-    order = np.argsort(created, kind="stable")
-    newid = np.empty(n, dtype=I64)
-    newid[order] = np.arange(n, dtype=I64)
-    old2new = np.full(nb, -1, dtype=I64)
-    old2new[kept] = newid[:nk]
-
-    seg: dict[str, np.ndarray] = {}
-    seg["created"] = created[order]
-    seg["dl"] = dl[order]
-    seg["est"] = est[order]
-
-    # targets
-    tnames: list[str] = []
-    tmap: dict[str, int] = {}
-    tgt = np.empty(n, dtype=I32)
-    if base is not None:
-        tnames = decode_strings(base["tgt_blob"], base["tgt_off"])
-        tmap = {t: i for i, t in enumerate(tnames)}
-        tgt[:nk] = base["tgt"][kept]
-    for j, d in enumerate(docs):
-        t = tmap.get(d.target)
-        if t is None:
-            t = tmap[d.target] = len(tnames)
-            tnames.append(d.target)
-        tgt[nk + j] = t
-    seg["tgt"] = tgt[order]
-    seg["tgt_blob"], seg["tgt_off"] = strings_blob([t.encode("utf-8", "surrogatepass")
-                                                    for t in tnames])
-
-    # keys and records
-    def column(blob_name: str, off_name: str, new_items: list[bytes]) -> None:
-        parts_blob: list[np.ndarray] = []
-        lens_all = np.empty(n, dtype=I64)
-        if base is not None and nk:
-            boff = base[off_name]
-            parts_blob.append(gather_ranges(boff, base[blob_name], kept))
-            lens_all[:nk] = gather_lens(boff, kept)
-        nbytes = b"".join(new_items)
-        parts_blob.append(np.frombuffer(nbytes, dtype=np.uint8))
-        lens_all[nk:] = np.fromiter(map(len, new_items), dtype=I64, count=nd)
-        flat = np.concatenate(parts_blob) if parts_blob else np.zeros(0, np.uint8)
-        src_off = np.zeros(n + 1, dtype=I64)
-        np.cumsum(lens_all, out=src_off[1:])
-        if n and not bool(np.all(order[1:] > order[:-1])):
-            fb = flat.tobytes()
-            so = src_off.tolist()
-            seg[blob_name] = np.frombuffer(
-                b"".join([fb[so[i] : so[i + 1]] for i in order.tolist()]), dtype=np.uint8)
-        else:
-            seg[blob_name] = flat
-        out_off = np.zeros(n + 1, dtype=I64)
-        np.cumsum(lens_all[order], out=out_off[1:])
-        seg[off_name] = out_off
-
-    column("key_blob", "key_off", [d.cache_key.encode("utf-8", "surrogatepass") for d in docs])
-    column("rec_blob", "rec_off", [encode_record(d) for d in docs])
-
-    # ---- postings
-    if base is not None and len(base["post_doc"]):
-        poff = base["post_off"]
-        btid = np.repeat(np.arange(len(poff) - 1, dtype=I64), np.diff(poff))
-        bdoc = old2new[base["post_doc"]]
+        btid, bdoc, btf = seg_postings(base)
+        bdoc = old2new[bdoc]
         live = bdoc >= 0
-        btid, bdoc, btf = btid[live], bdoc[live], base["post_tf"][live].astype(I64)
+        btid, bdoc, btf = btid[live], bdoc[live], btf[live]
     else:
         btid = bdoc = btf = np.zeros(0, I64)
+    dl[nk:] = ndl
+    dl = dl[order]
+    seg["dl"] = dl.astype(uint_dtype(int(dl.max()) if n else 0) if n and int(dl.max()) < (
+        1 << 31) else I64)
     tid = np.concatenate((btid, ntid))
-    doc = np.concatenate((bdoc, newid[nk + ndoc] if len(ndoc) else ndoc))
+    doc = np.concatenate((bdoc, new_ids[ndoc] if len(ndoc) else ndoc))
     tf = np.concatenate((btf, ntf))
+    _assemble_postings(seg, tid, doc, tf, all_terms, dl, n)
+    seg["meta"] = meta
+    seg["key_hash"] = build_hash(key_items(seg))
+    return seg
+
+
+def key_items(seg: dict[str, np.ndarray]) -> list[bytes]:
+    """The stored form of every doc's cache_key (32 raw bytes, or UTF-8)."""
+    if int(seg["meta"][M_KEYHEX]):
+        raw = seg["key_bin"].tobytes()
+        return [raw[i : i + 32] for i in range(0, len(raw), 32)]
+    b = seg["key_blob"].tobytes()
+    o = seg["key_off"].tolist()
+    return [b[o[i] : o[i + 1]] for i in range(len(o) - 1)]
+
+
+def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndarray,
+                       tf: np.ndarray, all_terms: list[bytes], dl: np.ndarray, n: int) -> None:
+    nt = len(all_terms)
     maxtf = int(tf.max()) if len(tf) else 0
-    if len(tid) and maxtf < (1 << 16) and n < (1 << 24) and len(all_terms) < (1 << 24):
+    if len(tid) and maxtf < (1 << 16) and n < (1 << 24) and nt < (1 << 24):
         key = np.sort((tid.astype(np.uint64) << np.uint64(40))
                       | (doc.astype(np.uint64) << np.uint64(16)) | tf.astype(np.uint64))
         tid = (key >> np.uint64(40)).astype(I64)
         doc = ((key >> np.uint64(16)) & np.uint64(0xFFFFFF)).astype(I64)
         tf = (key & np.uint64(0xFFFF)).astype(I64)
+        del key
     elif len(tid):
         o = np.lexsort((doc, tid))
         tid, doc, tf = tid[o], doc[o], tf[o]
-    # drop terms without postings
-    counts = np.bincount(tid, minlength=len(all_terms)) if len(all_terms) else np.zeros(0, I64)
+    counts = np.bincount(tid, minlength=nt) if nt else np.zeros(0, I64)
     used = np.flatnonzero(counts)
-    remap = np.full(len(all_terms), -1, dtype=I64)
+    remap = np.full(nt, -1, dtype=I64)
     remap[used] = np.arange(len(used), dtype=I64)
     terms = [all_terms[i] for i in used.tolist()]
+    tid = remap[tid]
+    df = counts[used]
+    T = len(terms)
     seg["term_blob"], seg["term_off"] = strings_blob(terms)
     seg["term_hash"] = build_hash(terms)
-    post_off = np.zeros(len(terms) + 1, dtype=I64)
-    np.cumsum(counts[used], out=post_off[1:])
-    seg["post_off"] = post_off
-    seg["post_doc"] = doc.astype(I32)
-    seg["post_tf"] = tf.astype(_tf_dtype(maxtf))
+    starts = np.zeros(T + 1, dtype=I64)
+    np.cumsum(df, out=starts[1:])
+    # per-term upper bound of tf*(k1+1)/(tf + k1*(1-b+b*dl/avgdl)) at this avgdl
+    # (float32 rounded up); a search at avgdl a scales it by max(1, a/avgdl)
+    avgdl = float(dl.sum()) / n if n and int(dl.sum()) else 1.0
+    if len(tid):
+        f = tf.astype(np.float64)
+        f = f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * (dl[doc] / avgdl)))
+        ub = np.maximum.reduceat(f, starts[:-1]).astype(np.float32)
+        seg["term_ub"] = np.nextafter(ub, np.float32(np.inf))
+        del f
+    else:
+        seg["term_ub"] = np.zeros(0, np.float32)
+    seg["ub_avgdl"] = np.array([avgdl], dtype=np.float64)
+    # big terms: dense tf rows + impact order
+    big_min = max(BIG_MIN_DOCS, n / BIG_FRACTION)
+    big = np.flatnonzero(df >= big_min)
+    is_big = np.zeros(T, dtype=bool)
+    is_big[big] = True
+    small_mask = ~is_big[tid] if len(tid) else np.zeros(0, bool)
+    sdf = np.where(is_big, 0, df)
+    seg["post_off"] = offsets(sdf)
+    seg["post_doc"] = doc[small_mask].astype(I32)
+    seg["post_tf"] = tf[small_mask].astype(uint_dtype(maxtf))
+    # mid terms: impact order as positions within the term's doc-sorted postings
+    soff = seg["post_off"].astype(I64)
+    mid = np.flatnonzero(~is_big & (df >= MID_IMPACT_DOCS))
+    mlen = sdf[mid]
+    if len(mid):
+        mstart = soff[mid]
+        idx = np.repeat(mstart - np.concatenate(([0], np.cumsum(mlen)[:-1])), mlen) + \
+            np.arange(int(mlen.sum()), dtype=I64)
+        owner = np.repeat(np.arange(len(mid), dtype=I64), mlen)
+        sd = seg["post_doc"][idx].astype(I64)
+        sf = seg["post_tf"][idx].astype(I64)
+        o = np.lexsort((-sd, dl[sd], sf, owner))
+        pos = idx[o] - np.repeat(mstart, mlen)
+        fo, ow = sf[o], owner[o]
+        brk = np.concatenate(([0], np.flatnonzero((fo[1:] != fo[:-1]) | (ow[1:] != ow[:-1]))
+                              + 1))
+        seg["mimp_pos"] = pos.astype(uint_dtype(int(mlen.max())))
+        seg["mimp_goff"] = offsets(np.bincount(ow[brk], minlength=len(mid)))
+        seg["mimp_gtf"] = fo[brk].astype(I64)
+        seg["mimp_gstart"] = brk.astype(I64)
+    else:
+        seg["mimp_pos"] = np.zeros(0, np.uint16)
+        seg["mimp_goff"] = np.zeros(1, np.uint32)
+        seg["mimp_gtf"] = seg["mimp_gstart"] = np.zeros(0, I64)
+    seg["mimp_tid"] = mid.astype(I32)
+    seg["mimp_off"] = offsets(mlen)
+    seg["big_tid"] = big.astype(I32)
+    bmax = max([1] + [int(tf[starts[b] : starts[b + 1]].max()) for b in big.tolist()])
+    rows = np.zeros((len(big), n), dtype=uint_dtype(bmax))
+    imp: list[np.ndarray] = []
+    gcount: list[int] = []
+    gtf: list[np.ndarray] = []
+    gstart: list[np.ndarray] = []
+    pos = 0
+    for j, b in enumerate(big.tolist()):
+        d = doc[starts[b] : starts[b + 1]]
+        f = tf[starts[b] : starts[b + 1]]
+        rows[j, d] = f
+        o = np.lexsort((-d, dl[d], f))
+        imp.append(d[o].astype(I32))
+        fs = f[o]
+        brk = np.concatenate(([0], np.flatnonzero(fs[1:] != fs[:-1]) + 1))
+        gcount.append(len(brk))
+        gtf.append(fs[brk])
+        gstart.append(brk + pos)
+        pos += len(d)
+    seg["big_tf"] = rows.reshape(-1)
+    seg["imp_off"] = offsets(np.array([len(x) for x in imp], dtype=I64))
+    seg["imp_doc"] = np.concatenate(imp) if imp else np.zeros(0, I32)
+    seg["imp_goff"] = offsets(np.array(gcount, dtype=I64))
+    seg["imp_gtf"] = np.concatenate(gtf).astype(I64) if gtf else np.zeros(0, I64)
+    seg["imp_gstart"] = np.concatenate(gstart).astype(I64) if gstart else np.zeros(0, I64)
 
-    # ---- structured tables
-    for name in TABLES:
-        _assemble_table(seg, name, base, kept, old2new, docs, newid[nk:])
-    return seg
 
-
-def decode_strings(blob: np.ndarray, off: np.ndarray) -> list[str]:
-    b = blob.tobytes()
-    o = off.tolist()
-    return [b[o[i] : o[i + 1]].decode("utf-8", "surrogatepass") for i in range(len(o) - 1)]
-
-
-def table_values(seg: dict[str, np.ndarray], name: str) -> list[str]:
-    """Decoded values of a table (without the blob's separators)."""
-    b = seg[name + "_vblob"].tobytes()
-    o = seg[name + "_voff"].tolist()
-    return [b[o[i] : o[i + 1] - 1].decode("utf-8", "surrogatepass") for i in range(len(o) - 1)]
-
-
-def _assemble_table(seg: dict[str, np.ndarray], name: str, base: dict[str, np.ndarray] | None,
-                    kept: np.ndarray, old2new: np.ndarray, docs: Sequence[RecallDoc],
-                    new_ids: np.ndarray) -> None:
-    values: list[str] = []
-    vmap: dict[str, int] = {}
-    a_parts: list[np.ndarray] = []
-    b_parts: list[np.ndarray] = []
+def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
+                     base: dict[str, np.ndarray] | None, kept: np.ndarray,
+                     old2new: np.ndarray, docs: Sequence[RecallDoc], new_ids: np.ndarray,
+                     order: np.ndarray, n: int) -> None:
+    nk, nd = len(kept), len(docs)
+    # each doc's value list (global ids, raw order) from the base, remapped below
+    gid_parts: list[np.ndarray] = []
+    glen = np.zeros(n, dtype=I64)
+    old_tbase: list[int] = []
     if base is not None:
-        values = table_values(base, name)
-        vmap = {v: i for i, v in enumerate(values)}
-        voff = base[name + "_vd_off"]
-        vid = np.repeat(np.arange(len(voff) - 1, dtype=I64), np.diff(voff))
-        d = old2new[base[name + "_vd_doc"]]
-        live = d >= 0
-        a_parts.append(vid[live])
-        b_parts.append(d[live])
-    norm = TABLE_RULES[name][0]
-    raw_of = {"path": "paths", "sym": "symbols", "test": "tests", "task": "task_ids",
-              "ptype": "packet_types"}[name]
-    lists = [getattr(d, raw_of) for d in docs]
-    lens = np.fromiter(map(len, lists), dtype=I64, count=len(lists))
-    flat = list(chain.from_iterable(lists))
-    rawid: dict[str, int] = {}
-    for r in dict.fromkeys(flat):
-        v = norm(r).replace("\n", " ")
-        i = vmap.get(v)
-        if i is None:
-            i = vmap[v] = len(values)
-            values.append(v)
-        rawid[r] = i
-    a_parts.append(np.fromiter(map(rawid.__getitem__, flat), dtype=I64, count=len(flat)))
-    b_parts.append(np.repeat(new_ids.astype(I64), lens) if len(flat) else np.zeros(0, I64))
-    vid, vdoc = sort_pairs(np.concatenate(a_parts), np.concatenate(b_parts))
-    counts = np.bincount(vid, minlength=len(values)) if len(values) else np.zeros(0, I64)
-    used = np.flatnonzero(counts)
-    remap = np.full(len(values), -1, dtype=I64)
-    remap[used] = np.arange(len(used), dtype=I64)
-    vals = [values[i] for i in used.tolist()]
-    vd_off = np.zeros(len(vals) + 1, dtype=I64)
-    np.cumsum(counts[used], out=vd_off[1:])
-    seg[name + "_vd_off"] = vd_off
-    seg[name + "_vd_doc"] = vdoc.astype(I32)
-    enc = [v.encode("utf-8", "surrogatepass") for v in vals]
-    blob = b"\n" + b"\n".join(enc) + b"\n" if enc else b"\n"
-    voff = np.ones(len(enc) + 1, dtype=I64)
-    if enc:
-        np.cumsum(np.fromiter((len(e) + 1 for e in enc), dtype=I64, count=len(enc)),
-                  out=voff[1:])
-        voff[1:] += 1
-    seg[name + "_vblob"] = np.frombuffer(blob, dtype=np.uint8)
-    seg[name + "_voff"] = voff
-    # keys -> values
-    keyfn = TABLE_RULES[name][1]
-    kmap: dict[str, int] = {}
-    ka = array("q")
-    kb = array("q")
-    for i, v in enumerate(vals):
-        for k in keyfn(v):
-            ki = kmap.get(k)
-            if ki is None:
-                ki = kmap[k] = len(kmap)
-            ka.append(ki)
-            kb.append(i)
-    kid, kval = sort_pairs(np.frombuffer(ka, dtype=I64) if len(ka) else np.zeros(0, I64),
-                           np.frombuffer(kb, dtype=I64) if len(kb) else np.zeros(0, I64))
-    kv_off, _ = csr(kid, kval, len(kmap))
-    seg[name + "_kv_off"] = kv_off
-    seg[name + "_kv_val"] = kval.astype(I32)
-    keys = [k.encode("utf-8", "surrogatepass") for k in kmap]
-    seg[name + "_kblob"], seg[name + "_koff"] = strings_blob(keys)
-    seg[name + "_khash"] = build_hash(keys)
+        old_tbase = base["meta"][M_TBASE : M_TBASE + len(TABLES) + 1].tolist()
+        boff = base["dv_off"]
+        gid_parts.append(gather_ranges(boff, base["dv_val"], kept).astype(I64))
+        glen[:nk] = boff[kept + 1].astype(I64) - boff[kept].astype(I64)
+    # new docs' raw values, table by table
+    new_lists: list[list[tuple[str, ...]]] = [[getattr(d, _RAW_FIELD[t]) for d in docs]
+                                              for t in TABLES]
+    new_counts = np.zeros(nd, dtype=I64)
+    for lists in new_lists:
+        new_counts += np.fromiter(map(len, lists), dtype=I64, count=nd)
+    glen[nk:] = new_counts
+    tbase = 0
+    remaps: list[np.ndarray] = []
+    new_vid_parts: list[tuple[np.ndarray, np.ndarray]] = []  # per table: (local vid, new doc)
+    for ti, name in enumerate(TABLES):
+        values: list[str] = []
+        if base is not None:
+            values = decode_strings(base[name + "_vblob"], base[name + "_voff"])
+        vmap = _AutoIds((v, i) for i, v in enumerate(values))
+        nbv = len(values)
+        lists = new_lists[ti]
+        flat = list(chain.from_iterable(lists))
+        vids = np.fromiter(map(vmap.__getitem__, flat), dtype=I64, count=len(flat))
+        lens = np.fromiter(map(len, lists), dtype=I64, count=nd)
+        values = list(vmap)
+        # value -> docs pairs: kept base pairs (remapped) + new pairs
+        a_parts = [vids]
+        b_parts = [np.repeat(new_ids, lens)]
+        if base is not None and nbv:
+            voff = base[name + "_vd_off"].astype(I64)
+            a_parts.append(np.repeat(np.arange(nbv, dtype=I64), np.diff(voff)))
+            b_parts.append(old2new[base[name + "_vd_doc"]])
+        va = np.concatenate(a_parts)
+        vb = np.concatenate(b_parts)
+        live = vb >= 0
+        vid, vdoc = sort_pairs(va[live], vb[live])
+        counts = np.bincount(vid, minlength=len(values)) if len(values) else np.zeros(0, I64)
+        used = np.flatnonzero(counts)
+        remap = np.full(len(values), -1, dtype=I64)
+        remap[used] = np.arange(len(used), dtype=I64)
+        vals = [values[i] for i in used.tolist()]
+        seg[name + "_vblob"], seg[name + "_voff"] = strings_blob([enc(v) for v in vals])
+        seg[name + "_vd_off"] = offsets(counts[used])
+        seg[name + "_vd_doc"] = vdoc.astype(I32)
+        # lookup keys -> values
+        kmap = _AutoIds()
+        ka = array("q")
+        kb = array("q")
+        norm, keyfn = TABLE_RULES[name]
+        for i, v in enumerate(vals):
+            for k in dict.fromkeys(keyfn(norm(v))):
+                ka.append(kmap[k])
+                kb.append(i)
+        kid, kval = sort_pairs(np.frombuffer(ka, dtype=I64) if len(ka) else np.zeros(0, I64),
+                               np.frombuffer(kb, dtype=I64) if len(kb) else np.zeros(0, I64))
+        seg[name + "_kv_off"] = offsets(np.bincount(kid, minlength=len(kmap)) if len(kmap)
+                                        else np.zeros(0, I64))
+        seg[name + "_kv_val"] = kval.astype(I32)
+        kb_ = [enc(k) for k in kmap]
+        seg[name + "_kblob"], seg[name + "_koff"] = strings_blob(kb_)
+        seg[name + "_khash"] = build_hash(kb_)
+        if name == "sym":
+            _assemble_trigrams(seg, vals)
+        meta[M_TBASE + ti] = tbase
+        remaps.append(remap + tbase)
+        new_vid_parts.append((vids, lens))
+        tbase += len(vals)
+    meta[M_TBASE + len(TABLES)] = tbase
+    # doc value lists: base part remapped table by table, then new docs in table order
+    out = np.empty(int(glen.sum()), dtype=I64)
+    pos = 0
+    if base is not None and nk:
+        g = gid_parts[0]
+        ob = np.array(old_tbase, dtype=I64)
+        t_of = np.searchsorted(ob, g, "right") - 1
+        newg = np.empty(len(g), dtype=I64)
+        for ti in range(len(TABLES)):
+            m = t_of == ti
+            newg[m] = remaps[ti][g[m] - ob[ti]]
+        out[: len(g)] = newg
+        pos = len(g)
+    if nd:
+        # interleave per doc: table 0 values, table 1 values, ...
+        tabs = []
+        for ti, (vids, lens) in enumerate(new_vid_parts):
+            gv = remaps[ti][vids]
+            tabs.append((gv, lens))
+        doc_of = np.concatenate([np.repeat(np.arange(nd, dtype=I64), lens) for _, lens in tabs])
+        tab_of = np.concatenate([np.full(len(gv), ti, dtype=I64) for ti, (gv, _) in
+                                 enumerate(tabs)])
+        gvals = np.concatenate([gv for gv, _ in tabs])
+        o = np.lexsort((np.arange(len(gvals)), tab_of, doc_of))
+        out[pos:] = gvals[o]
+    src = np.zeros(n + 1, dtype=I64)
+    np.cumsum(glen, out=src[1:])
+    seg["dv_val"] = (gather_ranges(src, out, order) if n else out).astype(I32)
+    seg["dv_off"] = offsets(glen[order])
+
+
+def _assemble_trigrams(seg: dict[str, np.ndarray], vals: list[str]) -> None:
+    """Trigram (of the lowercased UTF-8 value) -> symbol value ids, for prefix/contains."""
+    lows = [enc(v.lower()) for v in vals]
+    blob = np.frombuffer(b"".join(lows), dtype=U8).astype(I64)
+    lens = np.fromiter(map(len, lows), dtype=I64, count=len(lows))
+    starts = np.zeros(len(lows) + 1, dtype=I64)
+    np.cumsum(lens, out=starts[1:])
+    if len(blob) >= 3:
+        code = (blob[:-2] << 16) | (blob[1:-1] << 8) | blob[2:]
+        owner = np.repeat(np.arange(len(lows), dtype=I64), lens)[:-2]
+        ok = np.arange(len(code), dtype=I64) + 2 < starts[owner + 1]
+        code, owner = sort_pairs(code[ok], owner[ok])
+    else:
+        code = owner = np.zeros(0, I64)
+    ucode, first = np.unique(code, return_index=True)
+    seg["tg_code"] = ucode.astype(np.uint32)
+    seg["tg_off"] = offsets(np.diff(np.concatenate((first, [len(code)]))).astype(I64)
+                            if len(code) else np.zeros(0, I64))
+    seg["tg_val"] = owner.astype(np.uint16 if len(vals) < (1 << 16) else I32)
 
 
 def empty_segment() -> dict[str, np.ndarray]:
@@ -558,11 +734,15 @@ def seg_to_bytes(seg: dict[str, np.ndarray]) -> bytes:
     return body + blake3.blake3(body).digest()
 
 
-_REQUIRED = {"created", "dl", "est", "tgt", "tgt_blob", "tgt_off", "key_blob", "key_off",
-             "rec_blob", "rec_off", "term_blob", "term_off", "term_hash", "post_off",
-             "post_doc", "post_tf"} | {
-    f"{t}_{s}" for t in TABLES
-    for s in ("vd_off", "vd_doc", "vblob", "voff", "kv_off", "kv_val", "kblob", "koff", "khash")}
+_PER_TABLE = ("vblob", "voff", "vd_off", "vd_doc", "kblob", "koff", "khash", "kv_off", "kv_val")
+_REQUIRED = {"meta", "key_hash", "created", "dl", "est", "tgt", "tgt_blob", "tgt_off", "tgtd_off",
+             "tgtd_doc", "key_bin", "key_blob", "key_off", "sum_blob", "sum_off", "dv_off",
+             "dv_val", "term_blob", "term_off", "term_hash", "term_ub", "ub_avgdl",
+             "post_off", "post_doc", "post_tf", "big_tid", "big_tf", "imp_off", "imp_doc",
+             "imp_goff", "imp_gtf", "imp_gstart", "tg_code", "tg_off", "tg_val", "mimp_tid",
+             "mimp_off", "mimp_pos", "mimp_goff", "mimp_gtf", "mimp_gstart"} | {
+    f"{t}_{s}" for t in TABLES for s in _PER_TABLE}
+_ALLOWED_DTYPES = {"|u1", "<u2", "<u4", "<u8", "<i4", "<i8", "<f4", "<f8", "|i1"}
 
 
 def seg_from_bytes(data: Any, verify: bool = True) -> dict[str, np.ndarray]:
@@ -580,6 +760,8 @@ def seg_from_bytes(data: Any, verify: bool = True) -> dict[str, np.ndarray]:
     if verify and blake3.blake3(mv[:end]).digest() != bytes(mv[end:]):
         raise ValueError("recall index: checksum mismatch (garbled or truncated)")
     hstart = len(MAGIC) + 8
+    if hstart + hlen > end:
+        raise ValueError("recall index: truncated header")
     try:
         header = json.loads(bytes(mv[hstart : hstart + hlen]))
         specs = header["arrays"]
@@ -589,6 +771,8 @@ def seg_from_bytes(data: Any, verify: bool = True) -> dict[str, np.ndarray]:
     seg: dict[str, np.ndarray] = {}
     try:
         for nm, dt, count, off in specs:
+            if dt not in _ALLOWED_DTYPES:
+                raise ValueError(f"array {nm}: dtype {dt}")
             dtype = np.dtype(dt)
             start = base + int(off)
             stop = start + int(count) * dtype.itemsize
@@ -602,24 +786,61 @@ def seg_from_bytes(data: Any, verify: bool = True) -> dict[str, np.ndarray]:
 
 
 def _check(seg: dict[str, np.ndarray]) -> None:
+    """Cheap structural checks (lengths and end offsets), so lookups stay in bounds."""
     missing = _REQUIRED - set(seg)
     if missing:
         raise ValueError(f"recall index: missing arrays {sorted(missing)[:3]}")
     n = len(seg["created"])
+    meta = seg["meta"]
 
     def off_ok(off: str, data: str, count: int) -> bool:
         o = seg[off]
-        return len(o) == count + 1 and int(o[0]) >= 0 and int(o[-1]) == len(seg[data])
+        return len(o) == count + 1 and int(o[0]) == 0 and int(o[-1]) == len(seg[data])
 
-    ok = (len(seg["dl"]) == n and len(seg["est"]) == n and len(seg["tgt"]) == n
-          and off_ok("key_off", "key_blob", n) and off_ok("rec_off", "rec_blob", n)
-          and len(seg["term_off"]) == len(seg["post_off"])
-          and off_ok("post_off", "post_doc", len(seg["post_off"]) - 1)
+    ok = len(meta) == M_LEN
+    if ok:
+        tb = meta[M_TBASE:].tolist()
+        counts = [len(seg[t + "_voff"]) - 1 for t in TABLES]
+        ok = tb[0] == 0 and all(tb[i + 1] - tb[i] == counts[i] for i in range(len(TABLES)))
+        if int(meta[M_KEYHEX]):
+            ok = ok and len(seg["key_bin"]) == 32 * n
+        else:
+            ok = ok and off_ok("key_off", "key_blob", n)
+    T = len(seg["term_off"]) - 1
+    B = len(seg["big_tid"])
+    ok = (ok and len(seg["dl"]) == n and len(seg["est"]) == n and len(seg["tgt"]) == n
+          and off_ok("sum_off", "sum_blob", n) and off_ok("dv_off", "dv_val", n)
+          and off_ok("tgt_off", "tgt_blob", len(seg["tgtd_off"]) - 1)
+          and off_ok("tgtd_off", "tgtd_doc", len(seg["tgt_off"]) - 1)
+          and len(seg["tgtd_doc"]) == n
+          and off_ok("term_off", "term_blob", T) and off_ok("post_off", "post_doc", T)
           and len(seg["post_tf"]) == len(seg["post_doc"])
-          and int(seg["term_off"][-1]) == len(seg["term_blob"]))
+          and len(seg["term_ub"]) == T and len(seg["ub_avgdl"]) == 1
+          and len(seg["big_tf"]) == B * n and off_ok("imp_off", "imp_doc", B)
+          and off_ok("imp_goff", "imp_gtf", B) and len(seg["imp_gstart"]) == len(seg["imp_gtf"])
+          and off_ok("tg_off", "tg_val", len(seg["tg_code"]))
+          and off_ok("mimp_off", "mimp_pos", len(seg["mimp_tid"]))
+          and off_ok("mimp_goff", "mimp_gtf", len(seg["mimp_tid"]))
+          and len(seg["mimp_gstart"]) == len(seg["mimp_gtf"]))
     for t in TABLES:
         nv = len(seg[t + "_voff"]) - 1
-        ok = ok and off_ok(t + "_vd_off", t + "_vd_doc", nv) and off_ok(
-            t + "_kv_off", t + "_kv_val", len(seg[t + "_koff"]) - 1)
+        nk = len(seg[t + "_koff"]) - 1
+        ok = ok and off_ok(t + "_voff", t + "_vblob", nv) and off_ok(
+            t + "_vd_off", t + "_vd_doc", nv) and off_ok(t + "_koff", t + "_kblob", nk) and \
+            off_ok(t + "_kv_off", t + "_kv_val", nk)
+    if ok and B:
+        ok = int(seg["big_tid"].max()) < T and int(seg["big_tid"].min()) >= 0
+    if ok and len(seg["mimp_tid"]):
+        ok = int(seg["mimp_tid"].max()) < T and int(seg["mimp_tid"].min()) >= 0
+    kh = seg["key_hash"]
+    ok = ok and len(kh) > n and (len(kh) & (len(kh) - 1)) == 0 and (
+        not n or int(kh.max()) < n)
+    if ok and len(seg["term_hash"]):
+        h = seg["term_hash"]
+        ok = (len(h) & (len(h) - 1)) == 0 and int(h.max()) < T
+    for t in TABLES:
+        h = seg[t + "_khash"]
+        ok = ok and (len(h) & (len(h) - 1)) == 0 and (
+            not len(h) or int(h.max()) < len(seg[t + "_koff"]) - 1)
     if not ok:
         raise ValueError("recall index: inconsistent array lengths")

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 
 from .tokenize import ident_tokens
 
-_WS = re.compile(r"\s+")
 _IDENT = re.compile(r"\w+")
 SEPARATOR = " · "
 
@@ -21,16 +20,12 @@ def make_snippet(texts: Iterable[str], matched_tokens: Iterable[str], max_len: i
     marks count towards ``max_len``).  No match: the start of the text.
     """
     max_len = max(8, int(max_len))
-    text = SEPARATOR.join(_WS.sub(" ", t).strip() for t in texts if t and not t.isspace())
+    # str.split() and re's \s agree on what whitespace is
+    text = SEPARATOR.join([" ".join(t.split()) for t in texts if t and not t.isspace()])
     if len(text) <= max_len:
         return text
     wanted = set(matched_tokens)
-    hits: list[tuple[int, int, frozenset[str]]] = []
-    if wanted:
-        for m in _IDENT.finditer(text):
-            toks = wanted.intersection(ident_tokens(m.group()))
-            if toks:
-                hits.append((m.start(), m.end(), frozenset(toks)))
+    hits = _token_hits(text, wanted) if wanted else []
     budget = max_len - 2  # room for both ellipses
     if not hits:
         return _cut(text, 0, budget, max_len)
@@ -58,6 +53,40 @@ def make_snippet(texts: Iterable[str], matched_tokens: Iterable[str], max_len: i
     slack = budget - (span_end - start)
     begin = max(0, start - min(slack // 3, 60))
     return _cut(text, begin, budget, max_len)
+
+
+def _token_hits(text: str, wanted: set[str]) -> list[tuple[int, int, frozenset[str]]]:
+    """(start, end, matched tokens) of every identifier of ``text`` with a wanted token."""
+    if not text.isascii():
+        hits = []
+        for m in _IDENT.finditer(text):
+            toks = wanted.intersection(ident_tokens(m.group()))
+            if toks:
+                hits.append((m.start(), m.end(), frozenset(toks)))
+        return hits
+    # ASCII: lowercasing keeps positions, and a token of an identifier is a
+    # substring of the lowercased identifier, so search for the tokens instead
+    low = text.lower()
+    n = len(low)
+    word = _WORD_CHARS
+    spans: dict[int, tuple[int, frozenset[str]]] = {}
+    for w in wanted:
+        i = low.find(w)
+        while i != -1:
+            s = i
+            while s > 0 and low[s - 1] in word:
+                s -= 1
+            e = i + len(w)
+            while e < n and low[e] in word:
+                e += 1
+            if s not in spans:
+                toks = wanted.intersection(ident_tokens(text[s:e]))
+                spans[s] = (e, frozenset(toks))
+            i = low.find(w, e)
+    return [(s, e, toks) for s, (e, toks) in sorted(spans.items()) if toks]
+
+
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 def _cut(text: str, begin: int, budget: int, max_len: int) -> str:
