@@ -22,7 +22,9 @@ Frame (one atomic batch)::
    12  4  event count (u32 LE, >= 1)
    16  8  first_seq (u64 LE)
    24 32  digest = blake3(prev_digest || bytes 8..24 || payload)
-   56  n  payload: CBOR [at, batch_id, [[kind, key, data], ...]]
+   56  n  payload: CBOR [at, batch_id, offsets, [[kind, key, data], ...]]
+          (offsets: byte string of u32 LE, where each event's CBOR starts
+          relative to the first event, so one event decodes without the rest)
  56+n  4  frame length = 64 + n (u32 LE)
  60+n  4  magic b"CTXE"
 """
@@ -30,6 +32,8 @@ Frame (one atomic batch)::
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -151,10 +155,39 @@ def decode_segment_header(buf: bytes | memoryview) -> SegmentHeader:
 # --- payload ------------------------------------------------------------------------
 
 
+def encode_rows(rows: list[list[Any]]) -> bytes:
+    """The payload after ``at`` and ``batch_id``: the offsets, then the events array.
+
+    Each event is encoded on its own so its offset is known; the concatenation
+    is exactly the CBOR array ``cbor2.dumps(rows)`` would give.
+    """
+    enc = [cbor2.dumps(r) for r in rows]
+    offs = array("I", [0]) * len(enc)
+    pos = 0
+    for i, e in enumerate(enc):
+        offs[i] = pos
+        pos += len(e)
+    if pos > MAX_PAYLOAD:
+        raise ValueError(f"batch of {pos} bytes exceeds the {MAX_PAYLOAD}-byte frame limit")
+    if sys.byteorder != "little":
+        offs.byteswap()
+    return cbor2.dumps(offs.tobytes()) + _array_head(len(enc)) + b"".join(enc)
+
+
+def _array_head(n: int) -> bytes:
+    if n < 24:
+        return bytes([0x80 + n])
+    if n < 0x100:
+        return bytes([0x98, n])
+    if n < 0x10000:
+        return b"\x99" + n.to_bytes(2, "big")
+    return b"\x9a" + n.to_bytes(4, "big")
+
+
 def encode_payload(at: float, batch_id: str | None, events: list[list[Any]]) -> bytes:
     """CBOR of one batch; raises ``ValueError`` when data is not CBOR-encodable."""
     try:
-        return cbor2.dumps([at, batch_id, events])
+        return payload_prefix(at, batch_id) + encode_rows(events)
     except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError, RecursionError) as e:
         raise ValueError(f"event data cannot be encoded as CBOR: {e}") from e
 
@@ -165,9 +198,78 @@ def decode_payload(payload: bytes | memoryview) -> tuple[float, str | None, list
         obj = cbor2.loads(payload)
     except Exception as e:  # cbor2 raises a variety of decode errors
         raise ValueError(f"payload is not valid CBOR: {e}") from e
-    if not (isinstance(obj, list) and len(obj) == 3 and isinstance(obj[2], list)):
-        raise ValueError("payload is not [at, batch_id, events]")
-    return obj[0], obj[1], obj[2]
+    if not (isinstance(obj, list) and len(obj) == 4 and isinstance(obj[3], list)
+            and isinstance(obj[2], bytes) and len(obj[2]) == 4 * len(obj[3])):
+        raise ValueError("payload is not [at, batch_id, offsets, events]")
+    return obj[0], obj[1], obj[3]
+
+
+def decode_rows_at(payload: bytes | memoryview, lo: int, hi: int) -> list[Any] | None:
+    """Events ``lo..hi-1`` of a payload, decoding only those; None if the shape is off.
+
+    A None answer sends the caller to a full :func:`decode_payload`, which
+    then names the problem. The chain digest covers the whole payload, so the
+    caller has already proved these bytes authentic.
+    """
+    mv = memoryview(payload)
+    size = len(mv)
+    pos = _after_head(mv)
+    if pos is None:
+        return None
+    got = _uint_head(mv, pos, 0x40)  # offsets: a byte string
+    if got is None:
+        return None
+    olen, pos = got
+    if pos + olen > size or olen % 4:
+        return None
+    offs = mv[pos : pos + olen].cast("I") if sys.byteorder == "little" else None
+    if offs is None:
+        return None
+    pos += olen
+    got = _uint_head(mv, pos, 0x80)  # the events array
+    if got is None:
+        return None
+    count, start = got
+    if count * 4 != olen or not 0 <= lo < hi <= count:
+        return None
+    out = []
+    for i in range(lo, hi):
+        a = start + offs[i]
+        b = start + offs[i + 1] if i + 1 < count else size
+        if not start <= a < b <= size:
+            return None
+        try:
+            out.append(cbor2.loads(mv[a:b]))
+        except Exception:
+            return None
+    return out
+
+
+def _after_head(mv: memoryview) -> int | None:
+    """Where the offsets start: after ``0x84``, float64 ``at`` and the batch id."""
+    if len(mv) < 11 or mv[0] != 0x84 or mv[1] != 0xFB:
+        return None
+    b = mv[10]
+    if b == 0xF6:
+        return 11
+    got = _uint_head(mv, 10, 0x60)
+    return None if got is None else got[0] + got[1]
+
+
+def _uint_head(mv: memoryview, pos: int, major: int) -> tuple[int, int] | None:
+    """``(argument, position after the head)`` of a CBOR head of ``major`` type at ``pos``."""
+    if pos >= len(mv):
+        return None
+    b = mv[pos]
+    if not major <= b < major + 0x20:
+        return None
+    info = b - major
+    if info < 24:
+        return info, pos + 1
+    width = {24: 1, 25: 2, 26: 4, 27: 8}.get(info)
+    if width is None or pos + 1 + width > len(mv):
+        return None
+    return int.from_bytes(mv[pos + 1 : pos + 1 + width], "big"), pos + 1 + width
 
 
 # --- frames -------------------------------------------------------------------------
@@ -199,13 +301,13 @@ def encode_frame_parts(
 
 
 def payload_prefix(at: float, batch_id: str | None) -> bytes:
-    """The payload's bytes before the events array: ``0x83``, ``at`` as float64, batch_id.
+    """The payload's bytes before the offsets: ``0x84``, ``at`` as float64, batch_id.
 
     ``at`` is always written as a CBOR float64 (``0xfb`` + 8 bytes big-endian),
     which is what :func:`payload_head` reads back without decoding the events.
     """
     bid = b"\xf6" if batch_id is None else cbor2.dumps(batch_id)
-    return b"\x83\xfb" + _AT.pack(at) + bid
+    return b"\x84\xfb" + _AT.pack(at) + bid
 
 
 def payload_head_fast(payload: bytes | memoryview) -> tuple[float, str | None] | None:
@@ -214,7 +316,7 @@ def payload_head_fast(payload: bytes | memoryview) -> tuple[float, str | None] |
     The payload of every frame this code writes starts with
     :func:`payload_prefix`; None means "not that shape (or cut short here)".
     """
-    if len(payload) < 11 or payload[0] != 0x83 or payload[1] != 0xFB:
+    if len(payload) < 11 or payload[0] != 0x84 or payload[1] != 0xFB:
         return None
     at: float = _AT.unpack_from(payload, 2)[0]
     b = payload[10]

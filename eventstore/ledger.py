@@ -45,6 +45,9 @@ from .frame import (
     payload_head,
     payload_of,
     payload_prefix,
+    payload_head_fast,
+    decode_rows_at,
+    encode_rows,
     segment_header_is_torn,
 )
 from .lock import WriterLock
@@ -446,12 +449,12 @@ class Ledger:
         ):
             raise InvalidEventError("batch_id must be a non-empty string of at most 200 characters")
         try:
-            encoded = cbor2.dumps(rows)
+            encoded = encode_rows(rows)
         except Exception as e:
             raise InvalidEventError(f"event data cannot be encoded as CBOR: {e}") from None
         if needs_trial_decode:
             try:
-                cbor2.loads(encoded)
+                cbor2.loads(b"\x82" + encoded)  # [offsets, events]
             except Exception as e:
                 raise InvalidEventError(f"event data would not decode from CBOR: {e}") from None
         with self._mutex:
@@ -835,20 +838,37 @@ class Ledger:
                                 off = end
                                 yield first, nxt - 1, fdigest
                                 continue
+                            rows = None
+                            if mode == _EVENTS and bounded and count > 8:
+                                lo = from_seq - first if from_seq > first else 0
+                                hi = min(stop_seq, nxt - 1) - first + 1
+                                if (hi - lo) * 4 <= count:  # a few events of a big batch
+                                    rows = decode_rows_at(mv[p0:p1], lo, hi)
+                                    head = payload_head_fast(mv[p0:p1]) if rows else None
+                                    if rows is not None and head is not None:
+                                        at, first, nxt = head[0], first + lo, first + hi
+                                        rows_pre_sliced = True
+                                    else:
+                                        rows = None
                             try:
-                                # small payloads decode faster from bytes than a view
-                                obj = loads(data[p0:p1] if n < 65536 else mv[p0:p1])
-                                rows = obj[2]
-                                at = obj[0]
-                                if type(at) is not float:
-                                    at = float(at)
-                                if len(obj) != 3 or type(rows) is not list:
-                                    raise ValueError("payload is not [at, batch_id, events]")
+                                if rows is None:
+                                    rows_pre_sliced = False
+                                    # small payloads decode faster from bytes than a view
+                                    obj = loads(data[p0:p1] if n < 65536 else mv[p0:p1])
+                                    rows = obj[3]
+                                    at = obj[0]
+                                    if type(at) is not float:
+                                        at = float(at)
+                                    if (len(obj) != 4 or type(rows) is not list
+                                            or len(obj[2]) != 4 * len(rows)):
+                                        raise ValueError(
+                                            "payload is not [at, batch_id, offsets, events]"
+                                        )
                             except Exception as e:
                                 raise CorruptLogError(
                                     path, off + data_off, f"payload does not decode: {e}"
                                 ) from None
-                            if len(rows) != count:
+                            if not rows_pre_sliced and len(rows) != count:
                                 raise CorruptLogError(
                                     path, off + data_off, "event count does not match the header"
                                 )

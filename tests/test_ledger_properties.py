@@ -26,6 +26,7 @@ from eventstore.frame import (
     SegmentHeaderError,
     check_digest,
     decode_payload,
+    decode_rows_at,
     decode_segment_header,
     encode_frame,
     encode_payload,
@@ -257,6 +258,34 @@ def test_payload_round_trip(at: float, bid: str | None, batch: list[Event]) -> N
     rows = [[e.kind, e.key, dict(e.data)] for e in batch]
     got_at, got_bid, got_rows = decode_payload(encode_payload(at, bid, rows))
     assert (got_at, got_bid, got_rows) == (at, bid, rows)
+
+
+@settings(max_examples=200)
+@given(at=st.floats(allow_nan=False), bid=st.none() | st.text(max_size=20), batch=S.batches,
+       data=st.data())
+def test_one_event_decodes_without_the_rest(
+    at: float, bid: str | None, batch: list[Event], data: st.DataObject
+) -> None:
+    rows = [[e.kind, e.key, dict(e.data)] for e in batch]
+    payload = encode_payload(at, bid, rows)
+    assert encode_payload(at, bid, rows) == payload  # deterministic
+    lo = data.draw(st.integers(0, len(rows) - 1))
+    hi = data.draw(st.integers(lo + 1, len(rows)))
+    assert decode_rows_at(payload, lo, hi) == rows[lo:hi]
+    assert decode_rows_at(payload, lo, len(rows) + 1) is None  # out of range: caller decodes all
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=S.batches, data=st.data())
+def test_point_reads_equal_full_reads(batch: list[Event], data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as d, Ledger.open(Path(d), sync="none") as led:
+        big = batch * (1 + 40 // len(batch))  # more than 8 events: the point path applies
+        led.append(big)
+        everything = list(led.read())
+        s = data.draw(st.integers(1, len(big)))
+        assert list(led.read(s, s)) == [everything[s - 1]]
+        with Ledger.open(Path(d), readonly=True) as cold:
+            assert list(cold.read(s, s)) == [everything[s - 1]]
 
 
 @settings(max_examples=200)
