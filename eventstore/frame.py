@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import struct
 import sys
-from array import array
 import zlib
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
