@@ -318,3 +318,23 @@ def test_big_term_walk_known_answer() -> None:
         idx.remove("k6")
         assert keys(idx.search("word", limit=2)) == ["k3", "k0"]
         assert keys(idx.search("word", limit=2, live_after=2.0)) == ["k3", "k7"]
+
+
+def test_bulk_build_texts_with_the_internal_separator_word() -> None:
+    """The bulk tokenizer joins texts with a separator word; texts containing it still work."""
+    from projections.recall import segment as segment_mod
+    docs = [doc("a", "x ǂǂǂ y", 1.0, payload=("aǂǂǂ", "")), doc("b", "ǂǂǂ", 2.0),
+            doc("c", "plain ǂǂǂǂ", 3.0), doc("d", "", 4.0, payload=("ǂǂǂ ǂǂǂ",))]
+    saved = segment_mod._CHUNK
+    segment_mod._CHUNK = 2
+    try:
+        built = RecallIndex.build(docs)
+    finally:
+        segment_mod._CHUNK = saved
+    inc = RecallIndex()
+    for d in docs:
+        inc.add(d)
+    for q in ("ǂǂǂ", "x y", "aǂǂǂ", "ǂǂǂǂ", "plain"):
+        assert [(h.cache_key, h.score) for h in built.search(q)] == [
+            (h.cache_key, h.score) for h in inc.search(q)]
+    assert keys(built.search("ǂǂǂ")) == ["d", "b", "a"]

@@ -16,13 +16,16 @@ See docs/recall.md for the semantics and the layout.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import re
 import time
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from operator import attrgetter
 from typing import Any
 from zlib import crc32
 
@@ -336,12 +339,12 @@ class RecallIndex:
     @classmethod
     def build(cls, docs: Iterable[RecallDoc]) -> RecallIndex:
         """Bulk-build an index (fast path); later duplicates of a cache_key win."""
-        byk: dict[str, RecallDoc] = {}
-        for d in docs:
-            byk.pop(d.cache_key, None)
-            byk[d.cache_key] = d
+        docs = docs if isinstance(docs, (list, tuple)) else list(docs)
+        # later duplicates win (doc order is by created_at, cache_key: input order is free)
+        byk = dict(zip(map(_KEY, docs), docs, strict=True))
         idx = cls.__new__(cls)
-        idx._load(S.assemble(None, None, list(byk.values())))
+        with _no_gc():
+            idx._load(S.assemble(None, None, list(byk.values())))
         return idx
 
     def add(self, doc: RecallDoc) -> None:
@@ -468,7 +471,8 @@ class RecallIndex:
         if self._alive is not None:
             keep = self._alive[: self._nb].astype(bool)
         docs = [self._ddocs[i] for i in sorted(self._ddocs)] + extra
-        self._load(S.assemble(self._seg, keep, docs))
+        with _no_gc():
+            self._load(S.assemble(self._seg, keep, docs))
 
     # ------------------------------------------------------------ bytes
     def to_bytes(self) -> bytes:
@@ -1547,6 +1551,22 @@ class RecallIndex:
     def _target_name(self, d: int) -> str:
         names, _ = self._targets()
         return names[int(self._tgt[d])]
+
+
+_KEY = attrgetter("cache_key")
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic GC during a bulk build: it allocates millions of acyclic
+    objects, and collections of the caller's large heap would dominate."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def tokenize_texts(doc: RecallDoc) -> list[str]:

@@ -23,9 +23,9 @@ import json
 import re
 import struct
 import zlib
-from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
+from operator import attrgetter, methodcaller
 from typing import Any
 
 import blake3
@@ -61,7 +61,7 @@ M_KEYHEX = 0  # 1: every cache_key is 64 lowercase hex chars, stored as 32 raw b
 M_TBASE = 1  # M_TBASE + i: first global value id of TABLES[i]; M_TBASE + 5: the end
 M_LEN = M_TBASE + len(TABLES) + 1
 
-_HEX = re.compile(r"[0-9a-f]{64}\Z")
+_ENCODE = methodcaller("encode", "utf-8", "surrogatepass")
 
 
 # ---------------------------------------------------------------- normalisers
@@ -133,6 +133,24 @@ def doc_table_values(doc: RecallDoc, table: str) -> tuple[str, ...]:
 
 
 # ---------------------------------------------------------------- helpers
+def _encode_all(items: Iterable[str]) -> list[bytes]:
+    return list(map(_ENCODE, items))
+
+
+def _hex_keys(keys: list[str]) -> bytes | None:
+    """The keys as 32 raw bytes each when every key is 64 lowercase hex digits."""
+    if not keys or set(map(len, keys)) != {64}:
+        return None
+    joined = "".join(keys)
+    if not joined.isascii() or any(c in joined for c in "ABCDEF"):
+        return None
+    try:
+        raw = bytes.fromhex(joined)
+    except ValueError:
+        return None
+    return raw if len(raw) == 32 * len(keys) else None
+
+
 def enc(s: str) -> bytes:
     return s.encode("utf-8", "surrogatepass")
 
@@ -237,54 +255,118 @@ class _AutoIds(dict):  # type: ignore[type-arg]
 
 
 # ---------------------------------------------------------------- tokens of new docs
+class _NewDocs:
+    """The columns of the docs being added, each computed once.
+
+    Every distinct text (summary, path, symbol, test, payload string) gets an id
+    (``uniq[id]``); the path/symbol/test tables reuse those ids as their values.
+    """
+
+    def __init__(self, docs: Sequence[RecallDoc]) -> None:
+        n = self.n = len(docs)
+        self.lists = {f: list(map(attrgetter(f), docs)) for f in (
+            "paths", "symbols", "tests", "task_ids", "packet_types", "payload_text")}
+        self.counts = {f: np.fromiter(map(len, v), dtype=I64, count=n)
+                       for f, v in self.lists.items()}
+        texts = _AutoIds()
+        get = texts.__getitem__
+        self.summary_ids = np.fromiter(map(get, map(attrgetter("summary"), docs)), dtype=I64,
+                                       count=n)
+        self.text_ids = {f: np.fromiter(map(get, chain.from_iterable(self.lists[f])),
+                                        dtype=I64, count=int(self.counts[f].sum()))
+                         for f in ("paths", "symbols", "tests", "payload_text")}
+        self.uniq = list(texts)
+
+    def values(self, field: str) -> tuple[list[str], np.ndarray]:
+        """A tuple field's distinct values and each occurrence's index into them."""
+        ids = self.text_ids.get(field)
+        if ids is not None:
+            u, inv = np.unique(ids, return_inverse=True)
+            return [self.uniq[i] for i in u.tolist()], inv.astype(I64)
+        flat = list(chain.from_iterable(self.lists[field]))
+        vmap = _AutoIds()
+        vids = np.fromiter(map(vmap.__getitem__, flat), dtype=I64, count=len(flat))
+        return list(vmap), vids
+
+
 def doc_texts(d: RecallDoc) -> tuple[str, ...]:
     return (d.summary, *d.paths, *d.symbols, *d.tests, *d.payload_text)
 
 
-def tokenize_docs(docs: Sequence[RecallDoc], term_ids: dict[str, int]
+# joins distinct texts for one regex pass; a chunk with a text that contains it is
+# tokenised text by text
+_SENTINEL = "\u01c2\u01c2\u01c2"
+_JOIN = " " + _SENTINEL + " "
+_SENT_ALIAS = "\x00" + _SENTINEL  # never a word: stands for a real word equal to _SENTINEL
+_CHUNK = 20000
+
+
+def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.ndarray]:
+    """Term ids of every text, concatenated, and each text's token count.
+
+    Words are numbered (one dict lookup each) and each distinct word is split
+    into tokens once; the token streams are then gathered with numpy.
+    """
+    findall = _IDENT.findall
+    words = _AutoIds()
+    words[_SENTINEL] = 0  # word id 0 separates texts
+    wget = words.__getitem__
+    parts: list[np.ndarray] = []
+    def real(w: str) -> int:  # a text's own word that equals the separator
+        return wget(_SENT_ALIAS if w == _SENTINEL else w)
+
+    sep1 = np.zeros(1, dtype=I64)
+    for c in range(0, len(texts), _CHUNK):
+        part = texts[c : c + _CHUNK]
+        big = _JOIN.join(part)
+        if parts:
+            parts.append(sep1)
+        if big.count(_SENTINEL) == len(part) - 1:
+            ws = findall(big)
+            parts.append(np.fromiter(map(wget, ws), dtype=I64, count=len(ws)))
+            continue
+        for i, t in enumerate(part):
+            if i:
+                parts.append(sep1)
+            ws = findall(t)
+            parts.append(np.fromiter(map(real, ws), dtype=I64, count=len(ws)))
+    if not parts:
+        return np.zeros(0, I32), np.zeros(0, I64)
+    W = np.concatenate(parts)
+    tget = term_ids.__getitem__
+    wl = list(words)
+    wtok = [()] + [tuple(map(tget, ident_tokens(_SENTINEL if w == _SENT_ALIAS else w)))
+                   for w in wl[1:]]
+    wlen = np.fromiter(map(len, wtok), dtype=I64, count=len(wtok))
+    wflat = np.fromiter(chain.from_iterable(wtok), dtype=I32, count=int(wlen.sum()))
+    woff = np.zeros(len(wtok) + 1, dtype=I64)
+    np.cumsum(wlen, out=woff[1:])
+    sep = W == 0
+    text_of = np.cumsum(sep)
+    text_len = np.bincount(text_of, weights=wlen[W], minlength=len(texts)).astype(I64)
+    return gather_ranges(woff, wflat, W[~sep]), text_len
+
+
+def tokenize_docs(docs: Sequence[RecallDoc] | _NewDocs, term_ids: _AutoIds
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Bulk tokenisation: (tid, local doc, tf) sorted by (tid, doc), and doc lengths.
 
     Texts repeat across packets (paths, tests, signatures, re-puts) and words
     repeat across texts, so each distinct text and each distinct word is
-    tokenised once; the per-doc token streams are assembled with numpy.
+    tokenised once; the per-doc token streams are assembled with numpy.  (The
+    order of a doc's texts does not matter to BM25, so the texts are taken
+    field by field.)  ``term_ids`` gains the new terms.
     """
-    nd = len(docs)
-    texts = _AutoIds()
-    tget = texts.__getitem__
-    per_doc = [doc_texts(d) for d in docs]
-    ntexts = np.fromiter(map(len, per_doc), dtype=I64, count=nd)
-    tix = np.fromiter(map(tget, chain.from_iterable(per_doc)), dtype=I64, count=int(ntexts.sum()))
-    del per_doc
-    # tokens of each distinct text, as term ids
-    words: dict[str, tuple[int, ...]] = {}
-    tids = term_ids
-
-    def word_ids(w: str) -> tuple[int, ...]:
-        ids = words.get(w)
-        if ids is None:
-            ids = words[w] = tuple(tids.setdefault(t, len(tids)) for t in ident_tokens(w))
-        return ids
-
-    wget = words.get
-    findall = _IDENT.findall
-    flat = array("i")
-    ext = flat.extend
-    tlen = array("q")
-    push = tlen.append
-    prev = 0
-    for t in texts:
-        for w in findall(t):
-            ids = wget(w)
-            ext(ids if ids is not None else word_ids(w))
-        cur = len(flat)
-        push(cur - prev)
-        prev = cur
-    text_len = np.frombuffer(tlen, dtype=I64) if len(tlen) else np.zeros(0, I64)
-    text_tok = np.frombuffer(flat, dtype=I32) if len(flat) else np.zeros(0, I32)
+    nd_ = docs if isinstance(docs, _NewDocs) else _NewDocs(docs)
+    nd = nd_.n
+    uniq = nd_.uniq
+    fs = ("paths", "symbols", "tests", "payload_text")
+    tix = np.concatenate([nd_.summary_ids] + [nd_.text_ids[f] for f in fs])
+    ar = np.arange(nd, dtype=I64)
+    doc_of = np.concatenate([ar] + [np.repeat(ar, nd_.counts[f]) for f in fs])
+    text_tok, text_len = _text_tokens(uniq, term_ids)
     text_off = np.zeros(len(text_len) + 1, dtype=I64)
     np.cumsum(text_len, out=text_off[1:])
-    doc_of = np.repeat(np.arange(nd, dtype=I64), ntexts)
     occ_len = text_len[tix] if len(tix) else np.zeros(0, I64)
     dl = np.bincount(doc_of, weights=occ_len, minlength=nd).astype(I64) if nd else \
         np.zeros(0, I64)
@@ -292,14 +374,15 @@ def tokenize_docs(docs: Sequence[RecallDoc], term_ids: dict[str, int]
         z = np.zeros(0, I64)
         return z, z, z, dl
     tok = gather_ranges(text_off, text_tok, tix)
-    tdoc = np.repeat(doc_of, occ_len).astype(np.uint64)
-    key = np.sort((tok.astype(np.uint64) << np.uint64(32)) | tdoc)
+    key = (tok.astype(np.uint64) << np.uint64(32)) | np.repeat(doc_of, occ_len).astype(np.uint64)
+    del tok
+    key.sort()
     brk = np.flatnonzero(key[1:] != key[:-1]) + 1
     starts = np.concatenate(([0], brk))
     tf = np.diff(np.concatenate((starts, [len(key)])))
     uk = key[starts]
-    return ((uk >> np.uint64(32)).astype(I64), (uk & np.uint64(0xFFFFFFFF)).astype(I64),
-            tf.astype(I64), dl)
+    return ((uk >> np.uint64(32)).view(I64), (uk & np.uint64(0xFFFFFFFF)).view(I64),
+            tf.astype(I64, copy=False), dl)
 
 
 # ---------------------------------------------------------------- reading a segment back
@@ -354,8 +437,8 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         created[:nk] = base["created"][kept]
         allk = seg_keys(base)
         keys = [allk[i] for i in kept.tolist()]
-    created[nk:] = [d.created_at for d in docs]
-    keys.extend(d.cache_key for d in docs)
+    created[nk:] = np.fromiter(map(attrgetter("created_at"), docs), dtype=np.float64, count=nd)
+    keys.extend(map(attrgetter("cache_key"), docs))
     order = np.argsort(created, kind="stable")
     cs = created[order]
     if n > 1 and bool((cs[1:] == cs[:-1]).any()):
@@ -364,6 +447,7 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         ol.sort(key=keys.__getitem__, reverse=True)
         ol.sort(key=created.__getitem__)
         order = np.array(ol, dtype=I64)
+    in_order = n < 2 or bool(np.all(order[1:] > order[:-1]))  # input already in doc order
     newid = np.empty(n, dtype=I64)
     newid[order] = np.arange(n, dtype=I64)
     old2new = np.full(nb, -1, dtype=I64)
@@ -378,20 +462,21 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     est = np.empty(n, dtype=I64)
     if base is not None:
         est[:nk] = base["est"][kept]
-    est[nk:] = [d.est_bytes for d in docs]
+    est[nk:] = np.fromiter(map(attrgetter("est_bytes"), docs), dtype=I64, count=nd)
     est = est[order]
     seg["est"] = est.astype(np.uint32) if (n == 0 or (int(est.min()) >= 0 and int(
         est.max()) < (1 << 32))) else est
 
     # ---- keys
-    okeys = [keys[i] for i in order.tolist()]
-    if all(len(k) == 64 and _HEX.match(k) for k in okeys):
+    okeys = list(map(keys.__getitem__, order.tolist()))
+    kbin = _hex_keys(okeys)
+    if kbin is not None:
         meta[M_KEYHEX] = 1
-        seg["key_bin"] = np.frombuffer(bytes.fromhex("".join(okeys)), dtype=U8)
+        seg["key_bin"] = np.frombuffer(kbin, dtype=U8)
         seg["key_blob"], seg["key_off"] = np.zeros(0, U8), np.zeros(1, np.uint32)
     else:
         seg["key_bin"] = np.zeros(0, U8)
-        seg["key_blob"], seg["key_off"] = strings_blob([enc(k) for k in okeys])
+        seg["key_blob"], seg["key_off"] = strings_blob(_encode_all(okeys))
     del keys, okeys
 
     # ---- targets
@@ -402,7 +487,8 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     tgt = np.empty(n, dtype=I64)
     if base is not None:
         tgt[:nk] = base["tgt"][kept]
-    tgt[nk:] = np.fromiter((tmap[d.target] for d in docs), dtype=I64, count=nd)
+    tgt[nk:] = np.fromiter(map(tmap.__getitem__, map(attrgetter("target"), docs)), dtype=I64,
+                           count=nd)
     tnames = list(tmap)
     tgt = tgt[order]
     seg["tgt"] = tgt.astype(uint_dtype(len(tnames)))
@@ -419,30 +505,31 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         boff = base["sum_off"]
         sum_parts.append(gather_ranges(boff, base["sum_blob"], kept))
         lens[:nk] = (boff[kept + 1].astype(I64) - boff[kept].astype(I64))
-    new_sum = [enc(d.summary) for d in docs]
+    new_sum = list(map(_ENCODE, map(attrgetter("summary"), docs)))
     sum_parts.append(np.frombuffer(b"".join(new_sum), dtype=U8))
     lens[nk:] = np.fromiter(map(len, new_sum), dtype=I64, count=nd)
     del new_sum
     flat = np.concatenate(sum_parts)
     src = np.zeros(n + 1, dtype=I64)
     np.cumsum(lens, out=src[1:])
-    seg["sum_blob"] = gather_ranges(src, flat, order) if n else flat
+    seg["sum_blob"] = flat if in_order else gather_ranges(src, flat, order)
     seg["sum_off"] = offsets(lens[order])
 
     # ---- structured tables and each doc's value list
-    _assemble_tables(seg, meta, base, kept, old2new, docs, new_ids, order, n)
+    new = _NewDocs(docs)
+    _assemble_tables(seg, meta, base, kept, old2new, new, new_ids, order, n)
 
     # ---- postings
-    term_ids: dict[str, int] = {}
+    term_ids = _AutoIds()
     base_terms: list[bytes] = []
     if base is not None:
         tb = base["term_blob"].tobytes()
         toff = base["term_off"].tolist()
         base_terms = [tb[toff[i] : toff[i + 1]] for i in range(len(toff) - 1)]
-        term_ids = {dec(t): i for i, t in enumerate(base_terms)}
+        term_ids.update((dec(t), i) for i, t in enumerate(base_terms))
     nbt = len(term_ids)
-    ntid, ndoc, ntf, ndl = tokenize_docs(docs, term_ids)
-    all_terms = base_terms + [enc(t) for t in list(term_ids)[nbt:]]
+    ntid, ndoc, ntf, ndl = tokenize_docs(new, term_ids)
+    all_terms = base_terms + _encode_all(list(term_ids)[nbt:])
     dl = np.empty(n, dtype=I64)
     if base is not None:
         dl[:nk] = base["dl"][kept]
@@ -456,10 +543,14 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     dl = dl[order]
     seg["dl"] = dl.astype(uint_dtype(int(dl.max()) if n else 0) if n and int(dl.max()) < (
         1 << 31) else I64)
-    tid = np.concatenate((btid, ntid))
-    doc = np.concatenate((bdoc, new_ids[ndoc] if len(ndoc) else ndoc))
-    tf = np.concatenate((btf, ntf))
-    _assemble_postings(seg, tid, doc, tf, all_terms, dl, n)
+    fresh = base is None and in_order
+    if fresh:  # already sorted by (tid, doc)
+        tid, doc, tf = ntid, new_ids[ndoc] if len(ndoc) else ndoc, ntf
+    else:
+        tid = np.concatenate((btid, ntid))
+        doc = np.concatenate((bdoc, new_ids[ndoc] if len(ndoc) else ndoc))
+        tf = np.concatenate((btf, ntf))
+    _assemble_postings(seg, tid, doc, tf, all_terms, dl, n, presorted=fresh)
     seg["meta"] = meta
     seg["key_hash"] = build_hash(key_items(seg))
     return seg
@@ -476,10 +567,13 @@ def key_items(seg: dict[str, np.ndarray]) -> list[bytes]:
 
 
 def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndarray,
-                       tf: np.ndarray, all_terms: list[bytes], dl: np.ndarray, n: int) -> None:
+                       tf: np.ndarray, all_terms: list[bytes], dl: np.ndarray, n: int,
+                       presorted: bool = False) -> None:
     nt = len(all_terms)
     maxtf = int(tf.max()) if len(tf) else 0
-    if len(tid) and maxtf < (1 << 16) and n < (1 << 24) and nt < (1 << 24):
+    if presorted:
+        pass
+    elif len(tid) and maxtf < (1 << 16) and n < (1 << 24) and nt < (1 << 24):
         key = np.sort((tid.astype(np.uint64) << np.uint64(40))
                       | (doc.astype(np.uint64) << np.uint64(16)) | tf.astype(np.uint64))
         tid = (key >> np.uint64(40)).astype(I64)
@@ -534,7 +628,7 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         owner = np.repeat(np.arange(len(mid), dtype=I64), mlen)
         sd = seg["post_doc"][idx].astype(I64)
         sf = seg["post_tf"][idx].astype(I64)
-        o = np.lexsort((-sd, dl[sd], sf, owner))
+        o = _impact_order(owner, sf, dl[sd], sd)
         pos = idx[o] - np.repeat(mstart, mlen)
         fo, ow = sf[o], owner[o]
         brk = np.concatenate(([0], np.flatnonzero((fo[1:] != fo[:-1]) | (ow[1:] != ow[:-1]))
@@ -561,7 +655,7 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         d = doc[starts[b] : starts[b + 1]]
         f = tf[starts[b] : starts[b + 1]]
         rows[j, d] = f
-        o = np.lexsort((-d, dl[d], f))
+        o = _impact_order(None, f, dl[d], d)
         imp.append(d[o].astype(I32))
         fs = f[o]
         brk = np.concatenate(([0], np.flatnonzero(fs[1:] != fs[:-1]) + 1))
@@ -577,11 +671,30 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     seg["imp_gstart"] = np.concatenate(gstart).astype(I64) if gstart else np.zeros(0, I64)
 
 
+def _impact_order(owner: np.ndarray | None, tf: np.ndarray, dl: np.ndarray,
+                  doc: np.ndarray) -> np.ndarray:
+    """Order by (owner, tf, dl ascending, doc descending): one uint64 sort when it fits."""
+    n = len(doc)
+    if not n:
+        return np.zeros(0, I64)
+    bits = [int(x.max()).bit_length() for x in (tf, dl, doc)]
+    ob = int(owner.max()).bit_length() if owner is not None else 0
+    if sum(bits) + ob <= 63:
+        key = tf.astype(np.uint64) << np.uint64(bits[1] + bits[2])
+        key |= dl.astype(np.uint64) << np.uint64(bits[2])
+        key |= (np.uint64((1 << bits[2]) - 1) - doc.astype(np.uint64))
+        if owner is not None:
+            key |= owner.astype(np.uint64) << np.uint64(sum(bits))
+        return np.argsort(key, kind="stable")
+    keys = (-doc, dl, tf) if owner is None else (-doc, dl, tf, owner)
+    return np.lexsort(keys)
+
+
 def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
                      base: dict[str, np.ndarray] | None, kept: np.ndarray,
-                     old2new: np.ndarray, docs: Sequence[RecallDoc], new_ids: np.ndarray,
-                     order: np.ndarray, n: int) -> None:
-    nk, nd = len(kept), len(docs)
+                     old2new: np.ndarray, new: _NewDocs,
+                     new_ids: np.ndarray, order: np.ndarray, n: int) -> None:
+    nk, nd = len(kept), len(new_ids)
     # each doc's value list (global ids, raw order) from the base, remapped below
     gid_parts: list[np.ndarray] = []
     glen = np.zeros(n, dtype=I64)
@@ -591,27 +704,32 @@ def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
         boff = base["dv_off"]
         gid_parts.append(gather_ranges(boff, base["dv_val"], kept).astype(I64))
         glen[:nk] = boff[kept + 1].astype(I64) - boff[kept].astype(I64)
-    # new docs' raw values, table by table
-    new_lists: list[list[tuple[str, ...]]] = [[getattr(d, _RAW_FIELD[t]) for d in docs]
-                                              for t in TABLES]
     new_counts = np.zeros(nd, dtype=I64)
-    for lists in new_lists:
-        new_counts += np.fromiter(map(len, lists), dtype=I64, count=nd)
+    for t in TABLES:
+        new_counts += new.counts[_RAW_FIELD[t]]
     glen[nk:] = new_counts
     tbase = 0
     remaps: list[np.ndarray] = []
-    new_vid_parts: list[tuple[np.ndarray, np.ndarray]] = []  # per table: (local vid, new doc)
+    new_vid_parts: list[tuple[np.ndarray, np.ndarray]] = []  # per table: (vid, count per doc)
     for ti, name in enumerate(TABLES):
+        nvals, vids = new.values(_RAW_FIELD[name])
+        lens = new.counts[_RAW_FIELD[name]]
         values: list[str] = []
         if base is not None:
             values = decode_strings(base[name + "_vblob"], base[name + "_voff"])
-        vmap = _AutoIds((v, i) for i, v in enumerate(values))
         nbv = len(values)
-        lists = new_lists[ti]
-        flat = list(chain.from_iterable(lists))
-        vids = np.fromiter(map(vmap.__getitem__, flat), dtype=I64, count=len(flat))
-        lens = np.fromiter(map(len, lists), dtype=I64, count=nd)
-        values = list(vmap)
+        if nbv:  # the new docs' values, numbered after the base's
+            bmap = {v: i for i, v in enumerate(values)}
+            idmap = np.empty(len(nvals), dtype=I64)
+            for i, v in enumerate(nvals):
+                j = bmap.get(v)
+                if j is None:
+                    j = len(values)
+                    values.append(v)
+                idmap[i] = j
+            vids = idmap[vids] if len(vids) else vids
+        else:
+            values = nvals
         # value -> docs pairs: kept base pairs (remapped) + new pairs
         a_parts = [vids]
         b_parts = [np.repeat(new_ids, lens)]
@@ -628,24 +746,20 @@ def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
         remap = np.full(len(values), -1, dtype=I64)
         remap[used] = np.arange(len(used), dtype=I64)
         vals = [values[i] for i in used.tolist()]
-        seg[name + "_vblob"], seg[name + "_voff"] = strings_blob([enc(v) for v in vals])
+        seg[name + "_vblob"], seg[name + "_voff"] = strings_blob(_encode_all(vals))
         seg[name + "_vd_off"] = offsets(counts[used])
         seg[name + "_vd_doc"] = vdoc.astype(I32)
         # lookup keys -> values
-        kmap = _AutoIds()
-        ka = array("q")
-        kb = array("q")
-        norm, keyfn = TABLE_RULES[name]
-        for i, v in enumerate(vals):
-            for k in dict.fromkeys(keyfn(norm(v))):
-                ka.append(kmap[k])
-                kb.append(i)
-        kid, kval = sort_pairs(np.frombuffer(ka, dtype=I64) if len(ka) else np.zeros(0, I64),
-                               np.frombuffer(kb, dtype=I64) if len(kb) else np.zeros(0, I64))
+        kflat, kcount = _table_keys(name, vals)
+        kuniq = list(dict.fromkeys(kflat))
+        kmap = dict(zip(kuniq, range(len(kuniq)), strict=True))
+        kid, kval = sort_pairs(np.fromiter(map(kmap.__getitem__, kflat), dtype=I64,
+                                           count=len(kflat)),
+                               np.repeat(np.arange(len(vals), dtype=I64), kcount))
         seg[name + "_kv_off"] = offsets(np.bincount(kid, minlength=len(kmap)) if len(kmap)
                                         else np.zeros(0, I64))
         seg[name + "_kv_val"] = kval.astype(I32)
-        kb_ = [enc(k) for k in kmap]
+        kb_ = _encode_all(kuniq)
         seg[name + "_kblob"], seg[name + "_koff"] = strings_blob(kb_)
         seg[name + "_khash"] = build_hash(kb_)
         if name == "sym":
@@ -669,26 +783,43 @@ def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
         out[: len(g)] = newg
         pos = len(g)
     if nd:
-        # interleave per doc: table 0 values, table 1 values, ...
-        tabs = []
+        # interleave per doc: table 0 values, table 1 values, ... (positions computed)
+        start = np.zeros(nd, dtype=I64)
+        np.cumsum(new_counts[:-1], out=start[1:])
+        start += pos
         for ti, (vids, lens) in enumerate(new_vid_parts):
-            gv = remaps[ti][vids]
-            tabs.append((gv, lens))
-        doc_of = np.concatenate([np.repeat(np.arange(nd, dtype=I64), lens) for _, lens in tabs])
-        tab_of = np.concatenate([np.full(len(gv), ti, dtype=I64) for ti, (gv, _) in
-                                 enumerate(tabs)])
-        gvals = np.concatenate([gv for gv, _ in tabs])
-        o = np.lexsort((np.arange(len(gvals)), tab_of, doc_of))
-        out[pos:] = gvals[o]
+            if len(vids):
+                within = np.arange(len(vids), dtype=I64) - np.repeat(np.cumsum(lens) - lens,
+                                                                     lens)
+                out[np.repeat(start, lens) + within] = remaps[ti][vids]
+            start += lens
     src = np.zeros(n + 1, dtype=I64)
     np.cumsum(glen, out=src[1:])
-    seg["dv_val"] = (gather_ranges(src, out, order) if n else out).astype(I32)
+    seg["dv_val"] = (out if (n < 2 or bool(np.all(order[1:] > order[:-1])))
+                     else gather_ranges(src, out, order)).astype(I32)
     seg["dv_off"] = offsets(glen[order])
+
+
+def _table_keys(name: str, vals: list[str]) -> tuple[list[str], np.ndarray]:
+    """Every lookup key of every value (value by value, no repeats), and the counts."""
+    norm, keyfn = TABLE_RULES[name]
+    if name in ("task", "ptype"):
+        return list(map(norm, vals)), np.ones(len(vals), dtype=I64)
+    if name == "path":
+        per = [keyfn(norm(v)) for v in vals]  # suffixes are distinct
+    else:
+        split = _SYM_SPLIT.split if name == "sym" else _TEST_SPLIT.split
+        per = []
+        for low in map(str.lower, vals):
+            last = split(low)[-1]
+            per.append([low] if (not last or last == low) else [low, last])
+    return list(chain.from_iterable(per)), np.fromiter(map(len, per), dtype=I64,
+                                                       count=len(per))
 
 
 def _assemble_trigrams(seg: dict[str, np.ndarray], vals: list[str]) -> None:
     """Trigram (of the lowercased UTF-8 value) -> symbol value ids, for prefix/contains."""
-    lows = [enc(v.lower()) for v in vals]
+    lows = _encode_all([v.lower() for v in vals])
     blob = np.frombuffer(b"".join(lows), dtype=U8).astype(I64)
     lens = np.fromiter(map(len, lows), dtype=I64, count=len(lows))
     starts = np.zeros(len(lows) + 1, dtype=I64)

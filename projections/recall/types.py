@@ -11,6 +11,12 @@ import attrs
 
 def _str_tuple(value: Any) -> tuple[str, ...]:
     """A packet list field as a tuple of strings (a lone string counts as one)."""
+    if type(value) is list:  # the usual case
+        t = tuple(value)
+        for v in t:
+            if type(v) is not str:
+                return tuple(v for v in t if isinstance(v, str))
+        return t
     if value is None:
         return ()
     if isinstance(value, str):
@@ -25,15 +31,32 @@ def payload_strings(payload: Any) -> Iterator[str]:
 
     Mapping keys are structure, not text: only values are collected.
     """
-    stack: list[Any] = [payload]
+    out: list[str] = []
+    _collect(payload, out)
+    return iter(out)
+
+
+def _collect(item: Any, out: list[str]) -> None:
+    """Append the strings of ``item`` to ``out`` (depth first; no recursion limit)."""
+    start = len(out)
+    if type(item) is dict:  # the usual payload: a flat mapping, scanned directly
+        for v in item.values():
+            if type(v) is str:
+                out.append(v)
+            elif isinstance(v, (dict, list, tuple, str)):
+                break  # nested: start over below
+        else:
+            return
+        del out[start:]
+    stack: list[Any] = [item]
     while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
-        elif isinstance(item, (list, tuple)):
-            stack.extend(reversed(item))
+        x = stack.pop()
+        if isinstance(x, str):
+            out.append(x)
+        elif isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+        elif isinstance(x, (list, tuple)):
+            stack.extend(reversed(x))
 
 
 @attrs.frozen
@@ -69,13 +92,21 @@ class RecallDoc:
             tests=_str_tuple(packet.get("tests")),
             task_ids=_str_tuple(packet.get("task_ids")),
             packet_types=_str_tuple(packet.get("packet_types")),
-            payload_text=tuple(payload_strings(packet.get("payload"))),
+            payload_text=_payload_tuple(packet.get("payload")),
             est_bytes=int(est_bytes),
         )
 
     def texts(self) -> list[str]:
         """The indexed text fields, in order: summary, paths, symbols, tests, payload."""
         return [self.summary, *self.paths, *self.symbols, *self.tests, *self.payload_text]
+
+
+def _payload_tuple(payload: Any) -> tuple[str, ...]:
+    if payload is None:
+        return ()
+    out: list[str] = []
+    _collect(payload, out)
+    return tuple(out)
 
 
 def est_tokens(est_bytes: int) -> int:
