@@ -14,7 +14,6 @@ version, a watermark this log does not have) and the caller rebuilds.
 
 from __future__ import annotations
 
-import mmap
 import os
 import secrets
 import struct
@@ -89,9 +88,8 @@ class CheckpointDir:
         """Authentic checkpoints of ``name``, primary first, verified lazily.
 
         The backup is read and hashed only if the caller asks for it (the
-        primary was refused). Files are memory-mapped: a checkpoint is replaced
-        by rename, never rewritten in place, so a mapping stays valid. Reasons
-        for refusing a file are appended to ``refused``.
+        primary was refused). Views may keep zero-copy views of the returned
+        body. Reasons for refusing a file are appended to ``refused``.
         """
         key = self._load_key(create=False)
         for suffix, source in ((".ckpt", "primary"), (".ckpt.bak", "backup")):
@@ -223,11 +221,24 @@ def _read_key(path: Path) -> tuple[bytes | None, str]:
 
 
 def _map(path: Path) -> memoryview:
+    """The whole file, read into memory.
+
+    Not memory-mapped: a view built on a mapping would change (or die of
+    SIGBUS) if someone rewrote the file in place while a store is open, and a
+    view must never serve state the log does not imply. ctxledger itself only
+    ever replaces checkpoints by rename.
+    """
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return memoryview(b"")
-        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        buf = bytearray(size)
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        return view[:got]
 
 
 def _decode(raw: memoryview, key: bytes, name: str, source: str) -> tuple[Checkpoint | None, str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from eventstore import Event, Ledger, LedgerError, StoreNotFoundError
+from eventstore import Event, HeadMismatchError, Ledger, LedgerError, StoreNotFoundError
 
 from . import cache
 from .cache import CacheState, EntryRef
@@ -201,30 +201,39 @@ class ContextStore:
         """Tombstone expired entries (or every entry with ``all``), one event each."""
         if ttl is not None and (not math.isfinite(ttl) or ttl < 0):
             raise ValueError("ttl must be a non-negative number of seconds")
-        self._sync()
-        state = self._cache()
         now = self.clock()
         horizon = now - (self.config.ttl_seconds if ttl is None else ttl)
-        events = []
-        for ref in state.select(live_after=None):
-            if all:
-                reason = "manual_prune"
-            elif ref.created_at <= horizon:
-                reason = "expired_ttl"
-            else:
+        for _attempt in range(100):
+            self._sync()
+            head = self.ledger.head
+            events = []
+            for ref in self._cache().select(live_after=None):
+                if all:
+                    reason = "manual_prune"
+                elif ref.created_at <= horizon:
+                    reason = "expired_ttl"
+                else:
+                    continue
+                events.append(Event(cache.EVICTED, ref.cache_key, {"reason": reason}))
+            try:
+                # decided at ``head``: if another process appended since (say, refreshed
+                # an entry we would expire), decide again rather than tombstone it
+                if events:
+                    self._append(events, expected_head=head)
+                break
+            except HeadMismatchError:
                 continue
-            events.append(Event(cache.EVICTED, ref.cache_key, {"reason": reason}))
+        else:
+            raise LedgerError("prune gave up: the log kept moving under it (100 attempts)")
         reasons: dict[str, int] = {}
         for e in events:
             reasons[e.data["reason"]] = reasons.get(e.data["reason"], 0) + 1
-        if events:
-            self._append(events)
         remaining, _o, _n = self._cache().count(self._live_after())
         return PruneResult(len(events), remaining, reasons)
 
-    def _append(self, events: list[Event]) -> Any:
+    def _append(self, events: list[Event], expected_head: int | None = None) -> Any:
         self._check_writable()
-        receipt = self.ledger.append(events)
+        receipt = self.ledger.append(events, expected_head=expected_head)
         self.runner.fold_own(events, receipt.first_seq, receipt.at)
         self.runner.maybe_checkpoint(receipt.last_seq)
         return receipt

@@ -564,16 +564,8 @@ def test_checkpoint_with_columns_of_different_lengths_is_refused(tmp_path: Path)
     reopen_and_check(tmp_path, expected, "backup", ["primary: body does not decode"]).close()
 
 
-MAPPED = (
-    "projections/checkpoints.py _map() memory-maps the checkpoint and the cache view "
-    "serves its columns from the mapping (zero-copy), so a checkpoint file rewritten in "
-    "place while a store is open changes what the open store answers (cp over it: another "
-    "store's entries; truncation: SIGBUS kills the process). Rule 4: a view never serves "
-    "state the log does not imply"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=MAPPED)
 def test_checkpoint_overwritten_in_place_does_not_change_an_open_store(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     build(a, tag="a")
@@ -597,7 +589,6 @@ print("same answer")
 """
 
 
-@pytest.mark.xfail(strict=True, reason=MAPPED)
 def test_checkpoint_truncated_while_a_store_is_open_does_not_kill_it(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -425,14 +425,6 @@ TestStoreModel = StoreMachine.TestCase
 # --- concurrency the machine above cannot interleave ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="projections/store.py prune() decides from the view at one "
-    "head and appends its tombstones without expected_head: a put that refreshed "
-    "an entry in between (another process) is tombstoned as expired_ttl, so a live "
-    "entry whose put returned disappears (should append with expected_head=the "
-    "head it decided at, and decide again on HeadMismatchError)",
-)
 def test_prune_never_tombstones_an_entry_refreshed_meanwhile(tmp_path: Path) -> None:
     store_dir(tmp_path).mkdir()
     (store_dir(tmp_path) / "config.toml").write_text(CONFIG)
