@@ -338,3 +338,20 @@ def test_bulk_build_texts_with_the_internal_separator_word() -> None:
         assert [(h.cache_key, h.score) for h in built.search(q)] == [
             (h.cache_key, h.score) for h in inc.search(q)]
     assert keys(built.search("ǂǂǂ")) == ["d", "b", "a"]
+
+
+def test_hex_keys_and_other_keys_round_trip_through_bytes() -> None:
+    hexkeys = [f"{i:064x}" for i in range(5)]
+    for ks in (hexkeys, hexkeys[:4] + ["ABCDEF" + "0" * 58], ["k1", "k2", "κ3"]):
+        docs = [doc(k, f"{'abcde'[i] * 3} common", float(i)) for i, k in enumerate(ks)]
+        idx = RecallIndex.build(docs)
+        data = idx.to_bytes()
+        # an unaligned view (as inside a larger checkpoint) and an mmap-like memoryview
+        for view in (data, memoryview(b"xyz" + data)[3:]):
+            loaded = RecallIndex.from_bytes(view, verify=False)
+            assert all(k in loaded for k in ks) and "absent" not in loaded
+            assert keys(loaded.search("common", limit=10)) == list(reversed(ks))
+            loaded.remove(ks[0])
+            assert ks[0] not in loaded and len(loaded) == len(ks) - 1
+            loaded.add(docs[0])
+            assert keys(loaded.search("aaa")) == [ks[0]]

@@ -56,3 +56,91 @@ def test_stdlib_packets_are_deterministic_and_complete() -> None:
         assert "stdlib" in tokenize(p["payload"]["source"])
         d = RecallDoc.from_packet("k", p, 1.0, 10)
         assert p["payload"]["signature"] in d.payload_text
+
+
+# ------------------------------------------------------------------ fast paths == plain versions
+def _reference_hits(text: str, wanted: set[str]) -> list[tuple[int, int, frozenset[str]]]:
+    from projections.recall.tokenize import ident_tokens
+    out = []
+    for m in re.finditer(r"\w+", text):
+        toks = wanted.intersection(ident_tokens(m.group()))
+        if toks:
+            out.append((m.start(), m.end(), frozenset(toks)))
+    return out
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet="aAbB_1 .:/xyzXYZé", max_size=80), st.data())
+def test_snippet_token_search_equals_identifier_scan(text: str, data: st.DataObject) -> None:
+    from projections.recall.snippet import _token_hits
+    toks = sorted(set(tokenize(text))) or ["nothing"]
+    wanted = set(data.draw(st.lists(st.sampled_from(toks + ["zz", "b"]), max_size=4)))
+    assert _token_hits(text, wanted) == _reference_hits(text, wanted)
+
+
+def _reference_sym_level(v: str, w: str, partial: bool) -> int:
+    if v == w or re.split(r"[.:#]+", v)[-1] == w:
+        return 3
+    if not partial or w not in v:
+        return 0
+    if v.startswith(w) or re.search(r"[.:#]" + re.escape(w), v):
+        return 2
+    return 1
+
+
+@settings(max_examples=500)
+@given(st.text(alphabet="ab.:#c", max_size=10), st.text(alphabet="ab.:#c", min_size=1,
+                                                         max_size=4), st.booleans())
+def test_sym_level_equals_reference(v: str, w: str, partial: bool) -> None:
+    from projections.recall.index import sym_level
+    assert sym_level(v, w, partial) == _reference_sym_level(v, w, partial)
+
+
+def _reference_payload(payload: object) -> list[str]:
+    out: list[str] = []
+
+    def walk(x: object) -> None:
+        if isinstance(x, str):
+            out.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(payload)
+    return out
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids,
+                                                                max_size=3),
+    max_leaves=12)
+
+
+@settings(max_examples=300)
+@given(json_values)
+def test_payload_strings_depth_first_in_document_order(payload: object) -> None:
+    from projections.recall import payload_strings
+    assert list(payload_strings(payload)) == _reference_payload(payload)
+    d = RecallDoc.from_packet("k", {"target": "t", "payload": payload}, 1.0, 1)
+    assert list(d.payload_text) == _reference_payload(payload)
+
+
+def test_payload_nesting_deeper_than_the_recursion_limit() -> None:
+    deep: object = "leaf"
+    for _ in range(5000):
+        deep = {"x": [deep]}
+    d = RecallDoc.from_packet("k", {"target": "t", "payload": deep}, 1.0, 1)
+    assert d.payload_text == ("leaf",)
+
+
+def test_from_packet_ignores_non_string_junk() -> None:
+    d = RecallDoc.from_packet("k", {"target": 3, "summary": ["x"], "paths": ["a", 1, None],
+                                    "symbols": "Sym", "tests": None, "task_ids": ("t-1",),
+                                    "packet_types": {"x": 1}}, 2, 7)
+    assert (d.target, d.summary, d.paths, d.symbols, d.tests, d.task_ids, d.packet_types) == (
+        "", "", ("a",), ("Sym",), (), ("t-1",), ())
+    assert d.created_at == 2.0 and d.est_bytes == 7

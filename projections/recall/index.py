@@ -120,16 +120,25 @@ def path_level(v: str, cw: str) -> int:
     return 1 if v.rsplit("/", 1)[-1] == cw else 0
 
 
+def mview(a: np.ndarray) -> memoryview:
+    """A memoryview for fast scalar reads of a 1-d array, also when it is unaligned
+    (an index inside a larger mapped file need not start on an aligned offset)."""
+    m = memoryview(a)
+    if m.format[:1] in "=<>!@" and m.format != "B":
+        m = m.cast("B").cast(a.dtype.char)
+    return m
+
+
 class _Hash:
     """Read-only view of a :func:`segment.build_hash` table (no dict is built)."""
 
     __slots__ = ("h", "mask", "off", "blob")
 
     def __init__(self, h: np.ndarray, off: np.ndarray, blob: np.ndarray) -> None:
-        self.h = memoryview(h) if len(h) else memoryview(np.full(8, -1, np.int32))
+        self.h = mview(h) if len(h) else mview(np.full(8, -1, np.int32))
         self.mask = len(self.h) - 1
-        self.off = memoryview(off)
-        self.blob = memoryview(blob)
+        self.off = mview(off)
+        self.blob = mview(blob)
 
     def find(self, key: bytes) -> int:
         h, off, blob, mask = self.h, self.off, self.blob, self.mask
@@ -194,9 +203,11 @@ class _Query:
     def boost_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The boosted docs (sorted) and their total boosts."""
         if self._barr is None:
-            items = sorted(self.boost.items())
-            self._barr = (np.array([d for d, _ in items], dtype=np.int64),
-                          np.array([b for _, b in items], dtype=np.float64))
+            n = len(self.boost)
+            d = np.fromiter(self.boost.keys(), dtype=np.int64, count=n)
+            v = np.fromiter(self.boost.values(), dtype=np.float64, count=n)
+            o = np.argsort(d)
+            self._barr = (d[o], v[o])
         return self._barr
 
 
@@ -239,29 +250,30 @@ class RecallIndex:
         self._keyhash = _Hash(seg["key_hash"], seg["key_off"], seg["key_blob"])
         self._tables = {t: _Hash(seg[t + "_khash"], seg[t + "_koff"], seg[t + "_kblob"])
                         for t in S.TABLES}
-        self._mv = {k: memoryview(seg[k]) for k in (
+        self._mv = {k: mview(seg[k]) for k in (
             "post_off", "post_doc", "post_tf", "term_ub", "est", "imp_off",
             "imp_doc", "imp_goff", "imp_gtf", "imp_gstart", "dv_off", "dv_val", "sum_off",
             "sum_blob", "key_bin", "tgtd_off", "tgtd_doc", "tg_off", "mimp_off", "mimp_pos",
-            "mimp_goff", "mimp_gtf", "mimp_gstart")}
+            "mimp_goff", "mimp_gtf", "mimp_gstart", "imp_gdl", "mimp_gdl")}
         for t in S.TABLES:
             for part in ("voff", "vblob", "kv_off", "kv_val", "vd_off", "vd_doc"):
-                self._mv[f"{t}_{part}"] = memoryview(seg[f"{t}_{part}"])
+                self._mv[f"{t}_{part}"] = mview(seg[f"{t}_{part}"])
         self._big = {int(t): b for b, t in enumerate(seg["big_tid"].tolist())}
         self._midmap = {int(t): m for m, t in enumerate(seg["mimp_tid"].tolist())}
         self._rows = seg["big_tf"].reshape(len(self._big), nb) if nb else \
             np.zeros((len(self._big), 0), np.uint8)
-        self._rowmv = [memoryview(self._rows[b]) for b in range(len(self._big))]
+        self._rowmv = [mview(self._rows[b]) for b in range(len(self._big))]
         self._ub_avgdl = float(seg["ub_avgdl"][0])
         self._vcache: dict[int, tuple[int, str]] = {}
+        self._gcache: dict[tuple[int, int], Any] = {}  # impact groups (static per segment)
         self._lowvals: list[str] | None = None
         self._bind_arrays()
 
     def _bind_arrays(self) -> None:
         """Scalar views of the per-doc arrays (they are replaced when they grow)."""
-        self._created_mv = memoryview(self._created)
-        self._dl_mv = memoryview(self._dl)
-        self._alive_mv = memoryview(self._alive) if self._alive is not None else None
+        self._created_mv = mview(self._created)
+        self._dl_mv = mview(self._dl)
+        self._alive_mv = mview(self._alive) if self._alive is not None else None
 
     def _ensure_mutable(self, extra: int = 1) -> None:
         need = self._n + extra
@@ -759,7 +771,10 @@ class RecallIndex:
         n = len(D)
         if n == 0 or k <= 0:
             return []
-        if n > k:
+        if n <= 64:
+            sel = None
+            items = list(zip(sc.tolist(), D.tolist(), range(n), strict=True))
+        elif n > k:
             kth = np.partition(sc, n - k)[n - k]
             sel = np.flatnonzero(sc >= kth)
             if len(sel) > 4 * k + 64:
@@ -772,7 +787,8 @@ class RecallIndex:
                 sel = np.concatenate((gt, eq[ce >= kc]))
         else:
             sel = np.arange(n)
-        items = list(zip(sc[sel].tolist(), D[sel].tolist(), sel.tolist(), strict=True))
+        if sel is not None:
+            items = list(zip(sc[sel].tolist(), D[sel].tolist(), sel.tolist(), strict=True))
         top = self._best(items, k)
         if tfm is None:
             return [(x[0], x[1], None) for x in top]
@@ -956,8 +972,16 @@ class RecallIndex:
             return -math.inf
         return float(np.partition(vp, len(vp) - k)[len(vp) - k])
 
-    def _groups(self, t: _Term) -> tuple[Any, Any, list[tuple[int, int, int]]]:
-        """A term's impact order: (entries, docs of positions or None, [(tf, start, end)])."""
+    def _groups(self, t: _Term) -> tuple[Any, Any, list[tuple[int, int, int, int]]]:
+        """A term's impact order: (entries, docs of positions or None,
+        [(tf, start, end, shortest doc length)])."""
+        key = (t.big, t.mid)
+        got = self._gcache.get(key)
+        if got is None:
+            got = self._gcache[key] = self._groups_of(t)
+        return got
+
+    def _groups_of(self, t: _Term) -> tuple[Any, Any, list[tuple[int, int, int, int]]]:
         mv = self._mv
         if t.big >= 0:
             m, pre, imp, base = t.big, "imp_", mv["imp_doc"], None
@@ -965,38 +989,41 @@ class RecallIndex:
             m, pre, imp, base = t.mid, "mimp_", mv["mimp_pos"], mv["post_doc"][t.s0 :]
         g0, g1 = mv[pre + "goff"][m], mv[pre + "goff"][m + 1]
         end = mv[pre + "off"][m + 1]
-        gtf, gst = mv[pre + "gtf"], mv[pre + "gstart"]
-        return imp, base, [(gtf[g], gst[g], gst[g + 1] if g + 1 < g1 else end)
+        gtf, gst, gdl = mv[pre + "gtf"], mv[pre + "gstart"], mv[pre + "gdl"]
+        return imp, base, [(gtf[g], gst[g], gst[g + 1] if g + 1 < g1 else end, gdl[g])
                            for g in range(g0, g1)]
 
     def _units(self, q: _Query) -> list[_Unit]:
         """MaxScore units: a term, or its tf >= 2 docs and its tf = 1 docs apart.
 
-        For a term with an impact order the bound is exact: each tf group starts
-        with its shortest doc.  Splitting off the few docs that repeat the term
-        leaves the many tf = 1 docs with a much lower bound.
+        For a term with an impact order the bound is exact: each tf group
+        records its shortest doc.  Splitting off the docs that repeat the term
+        leaves the tf = 1 docs with a lower bound.
         """
         units = []
-        dl = self._dl_mv
+        a = K1 * B / q.avgdl
+        c0 = K1 * (1.0 - B)
         for j, t in enumerate(q.terms):
             if (t.big < 0 and t.mid < 0) or not t.df:
                 units.append(_Unit(j, t, "all", t.ub, t.df))
                 continue
-            imp, base, groups = self._groups(t)
-            bounds = []
-            for tf, s0, _ in groups:
-                d = imp[s0] if base is None else base[imp[s0]]
-                bounds.append(t.idf * (tf * _K1P1) / (tf + K1 * (1.0 - B + B * (
-                    dl[d] / q.avgdl))) * (1.0 + 1e-12))
-            lo = [i for i, g in enumerate(groups) if g[0] == 1]
-            nhi = sum(e - s0 for tf, s0, e in groups if tf != 1)
-            if lo and nhi and nhi <= max(256, t.df // 4):
-                i = lo[0]
-                units.append(_Unit(j, t, "hi", max(b for x, b in enumerate(bounds) if x != i),
-                                   nhi))
-                units.append(_Unit(j, t, "lo", bounds[i], groups[i][2] - groups[i][1]))
+            _, _, groups = self._groups(t)
+            idf = t.idf * (1.0 + 1e-12)
+            lo_n = nhi = 0
+            lo_ub = hi_ub = 0.0
+            for tf, s0, e, gdl in groups:
+                ub = idf * (tf * _K1P1) / (tf + (c0 + a * gdl))
+                if tf == 1:
+                    lo_ub, lo_n = ub, e - s0
+                else:
+                    nhi += e - s0
+                    if ub > hi_ub:
+                        hi_ub = ub
+            if lo_n and nhi and nhi <= max(256, t.df // 2):
+                units.append(_Unit(j, t, "hi", hi_ub * (1.0 + 1e-9), nhi))
+                units.append(_Unit(j, t, "lo", lo_ub * (1.0 + 1e-9), lo_n))
             else:
-                units.append(_Unit(j, t, "all", max(bounds), t.df))
+                units.append(_Unit(j, t, "all", max(lo_ub, hi_ub) * (1.0 + 1e-9), t.df))
         return units
 
     def _unit_postings(self, q: _Query, units: list[_Unit]
@@ -1012,7 +1039,7 @@ class RecallIndex:
                 continue
             imp, base, groups = self._groups(u.t)
             arr = self._seg["imp_doc" if u.t.big >= 0 else "mimp_pos"]
-            for tf, s0, e in groups:
+            for tf, s0, e, _ in groups:
                 if (tf == 1) == (u.kind == "lo") and e > s0:
                     x = arr[s0:e]
                     D.append(x if base is None else self._seg["post_doc"][u.t.s0 + x.astype(
@@ -1042,49 +1069,33 @@ class RecallIndex:
         terms = q.terms
         remaining = sorted(self._units(q), key=lambda u: u.ub)  # pop(): the best bound
         rem_ub = sum(u.ub for u in remaining)
-        docs: list[np.ndarray] = []
-        vals: list[np.ndarray] = []
-        cols: list[np.ndarray] = []
+        lists: list[tuple[np.ndarray, np.ndarray]] = []
         if q.boost:
-            bd, bv = q.boost_arrays()
-            docs.append(bd)
-            vals.append(np.zeros(len(bd)))
-            cols.append(np.full(len(bd), -1, dtype=np.int64))
+            lists.append(q.boost_arrays())
         if any(len(t.dd) for t in terms):
             # delta docs: scored in full up front (no stored bound covers them), so
             # their partial score is exact and the base bounds prune them correctly
-            d, c, cl = self._postings_np(q, list(enumerate(terms)), base=False)
-            docs.append(d)
-            vals.append(c)
-            cols.append(cl)
+            d, c, _ = self._postings_np(q, list(enumerate(terms)), base=False)
+            lists.append((d, c))
         # the cheap units go first, all at once
         batch: list[_Unit] = []
         budget = 2048
         while remaining and remaining[-1].t.big < 0 and (
-                remaining[-1].n <= budget or not (batch or docs)):
+                remaining[-1].n <= budget or not (batch or lists)):
             u = remaining.pop()
             batch.append(u)
             rem_ub -= u.ub
             budget -= u.n
         tail: _Unit | None = None
+        cand, part = _EMPTY_I, _EMPTY_F
         while True:
             if batch:
-                d, c, cl = self._unit_postings(q, batch)
-                docs.append(d)
-                vals.append(c)
-                cols.append(cl)
+                d, c, _ = self._unit_postings(q, batch)
+                lists.append((d, c))
                 batch = []
-            if not docs:
-                cand = inv = _EMPTY_I
-                allv = part = _EMPTY_F
-                docs, vals, cols = [_EMPTY_I], [_EMPTY_F], [_EMPTY_I]
-            else:
-                alld = np.concatenate(docs) if len(docs) > 1 else docs[0]
-                cand, inv = np.unique(alld, return_inverse=True)
-                allv = np.concatenate(vals) if len(vals) > 1 else vals[0]
-                part = np.bincount(inv, weights=allv, minlength=len(cand))
-            if q.boost:
-                part[inv[: len(q.boost)]] += q.boost_arrays()[1]
+            if lists:
+                cand, part = _union([(cand, part)] + lists if len(cand) else lists)
+                lists = []
             valid = self._valid_np(q, cand, exclude)
             theta = self._kth(part, valid, k)
             if not remaining or rem_ub < theta - 1e-9 * (1.0 + abs(theta)):
@@ -1101,43 +1112,36 @@ class RecallIndex:
             keep = part + rem_ub >= theta - 1e-9 * (1.0 + abs(theta))
             if valid is not None:
                 keep &= valid
-            S_ = np.flatnonzero(keep)
+            D, P = cand[keep], part[keep]
         else:
-            S_ = np.flatnonzero(valid) if valid is not None else np.arange(len(cand))
-        # contributions of the processed units, per candidate and term column
-        allc = np.concatenate(cols) if len(cols) > 1 else cols[0]
-        m = allc >= 0
-        M = np.zeros((len(cand), len(terms)))
-        M[inv[m], allc[m]] = allv[m]
-        M = M[S_]
-        D = cand[S_]
-        P = part[S_]
+            D, P = (cand, part) if valid is None else (cand[valid], part[valid])
+        # probe the unprocessed terms one at a time while that prunes a lot
         left_by: dict[int, float] = {}
+        kinds: dict[int, set[str]] = {}
         for u in remaining:
             left_by[u.j] = left_by.get(u.j, 0.0) + u.ub
+            kinds.setdefault(u.j, set()).add(u.kind)
         todo = sorted(left_by, key=left_by.__getitem__, reverse=True)
-        if todo and len(D) > 8 * k + 64:
-            # probe the unprocessed terms one at a time while that prunes a lot
+        if todo and len(D) > 4 * k + 32:
             nrm = K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))
             left = rem_ub
-            while todo and len(D) > 8 * k + 64:
+            while todo and len(D) > 4 * k + 32:
                 j = todo.pop(0)
                 t = terms[j]
-                f = self._tf_np(t, D, delta=False).astype(np.float64)
-                c = np.maximum(M[:, j], t.idf * (f * _K1P1) / (f + nrm))
-                P = P + (c - M[:, j])
-                M[:, j] = c
+                f = self._tf_np(t, D, delta=False)
+                ks = kinds[j]
+                if ks == {"lo"}:
+                    f = np.where(f == 1, f, 0)
+                elif ks == {"hi"}:
+                    f = np.where(f >= 2, f, 0)
+                f = f.astype(np.float64)
+                P = P + t.idf * (f * _K1P1) / (f + nrm)
                 left -= left_by[j]
                 th = float(np.partition(P, len(P) - k)[len(P) - k])
                 keep = P + left >= th - 1e-9 * (1.0 + abs(th))
-                D, P, nrm, M = D[keep], P[keep], nrm[keep], M[keep]
-        if todo and len(D):
-            nrm = K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))
-            for j in todo:
-                t = terms[j]
-                f = self._tf_np(t, D).astype(np.float64)
-                M[:, j] = t.idf * (f * _K1P1) / (f + nrm)
-        top = self._top_np(q, D, self._canonical(q, D, M), k, M)
+                D, P, nrm = D[keep], P[keep], nrm[keep]
+        sc, tfm = self._exact_np(q, D)
+        top = self._top_np(q, D, sc, k, tfm)
         if tail is None:
             return top
         seen = _Member(cand, self._n)
@@ -1153,19 +1157,6 @@ class RecallIndex:
             sc, tfm = self._exact_np(q, cand)
             return self._top_np(q, cand, sc, k, tfm)
         return self._best(top + walked, k)
-
-    def _canonical(self, q: _Query, D: np.ndarray, M: np.ndarray) -> np.ndarray:
-        """Scores from per-term contributions, summed in query-token order, plus boosts."""
-        score = np.zeros(len(D))
-        for j in range(M.shape[1]):
-            score += M[:, j]
-        if q.boost and len(D):
-            bd, bv = q.boost_arrays()
-            j = np.searchsorted(bd, D)
-            np.minimum(j, len(bd) - 1, out=j)
-            hit = bd[j] == D
-            score[hit] += bv[j[hit]]
-        return score
 
     # ------------------------------------------------------------ structured lookups
     def _table_exact(self, name: str, key: str) -> tuple[list[int], list[str]]:
@@ -1322,28 +1313,52 @@ class RecallIndex:
             add(self._value_docs("task", ids, dv), BOOSTS["task_exact"], "task")
 
     def _structured(self, words: list[str], q: _Query) -> None:
-        """Boosts of the query words: per word and kind, each doc gets its best level."""
-        boost = q.boost
+        """Boosts of the query words: per word and kind, each doc gets its best level.
+
+        Boosts of dead or expired docs never surface: candidates are checked.
+        """
         kind_docs = q.kind_docs
+        parts: list[tuple[list[int], float]] = []  # (distinct docs, boost)
         for w in words:
-            best: dict[str, dict[int, float]] = {}
+            found: dict[str, list[tuple[list[int], float]]] = {}
 
             def add(docs: list[int], b: float, kind: str,
-                    best: dict[str, dict[int, float]] = best) -> None:
-                if not docs:
-                    return
-                cur = best.setdefault(kind, {})
-                for d in docs:
-                    if d not in cur:  # levels arrive best first
-                        cur[d] = b
+                    found: dict[str, list[tuple[list[int], float]]] = found) -> None:
+                if docs:
+                    found.setdefault(kind, []).append((docs, b))
 
             self._match_word(w, q, add)
-            for kind, per in best.items():
-                for d, b in per.items():
+            for kind, levels in found.items():
+                if len(levels) == 1:
+                    docs = list(dict.fromkeys(levels[0][0]))
+                    parts.append((docs, levels[0][1]))
+                    kind_docs[kind].update(docs)
+                    continue
+                seen: dict[int, float] = {}
+                for docs, b in levels:  # best level first
+                    for d in docs:
+                        seen.setdefault(d, b)
+                kind_docs[kind].update(seen)
+                by_b: dict[float, list[int]] = {}
+                for d, b in seen.items():
+                    by_b.setdefault(b, []).append(d)
+                parts.extend((docs, b) for b, docs in by_b.items())
+        if not parts:
+            return
+        if len(parts) == 1:
+            docs, b = parts[0]
+            q.boost = dict.fromkeys(docs, b)
+            return
+        if sum(len(d) for d, _ in parts) <= 64:
+            boost = q.boost
+            for docs, b in parts:
+                for d in docs:
                     boost[d] = boost.get(d, 0.0) + b
-                if kind in kind_docs:
-                    kind_docs[kind].update(per)
-        # liveness: boosts of dead or expired docs never surface (candidates are checked)
+            return
+        d, v = _union([(np.array(docs, dtype=np.int64), np.full(len(docs), b))
+                       for docs, b in parts])
+        q.boost = dict(zip(d.tolist(), v.tolist(), strict=True))
+        q._barr = (d, v)
 
     def _filter_sets(self, q: _Query, packet_types: Sequence[str],
                      path_filters: Sequence[str], symbol_filters: Sequence[str],
@@ -1614,24 +1629,23 @@ def _isin_sorted(D: np.ndarray, R: np.ndarray) -> np.ndarray:
     return R[j] == D
 
 
-def _accumulate(docs: list[np.ndarray], vals: list[np.ndarray], n: int
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Union of doc lists with summed values: (sorted docs, sums)."""
-    if not docs:
-        return _EMPTY_I, _EMPTY_F
-    if len(docs) == 1:
-        d, v = docs[0], vals[0]
-        if len(d) > 1 and not bool((d[1:] > d[:-1]).all()):
-            o = np.argsort(d, kind="stable")
-            d, v = d[o], v[o]
-        return d.astype(np.int64, copy=False), v.astype(np.float64, copy=False)
-    alld = np.concatenate(docs).astype(np.int64, copy=False)
-    allv = np.concatenate(vals).astype(np.float64, copy=False)
-    if len(alld) * 8 < n:
-        u, inv = np.unique(alld, return_inverse=True)
-        return u, np.bincount(inv, weights=allv, minlength=len(u))
-    seen = np.zeros(n, dtype=bool)
-    seen[alld] = True
-    acc = np.bincount(alld, weights=allv, minlength=n)
-    u = np.flatnonzero(seen)
-    return u, acc[u]
+def _union(lists: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Union of (docs, values) lists with summed values: (sorted unique docs, sums).
+
+    A stable sort (timsort) merges the already sorted runs in linear time.
+    """
+    if len(lists) == 1:
+        d, v = lists[0]
+        if len(d) < 2 or bool((d[1:] > d[:-1]).all()):
+            return d.astype(np.int64, copy=False), v.astype(np.float64, copy=False)
+    d = np.concatenate([x[0] for x in lists]).astype(np.int64, copy=False)
+    v = np.concatenate([x[1] for x in lists]).astype(np.float64, copy=False)
+    o = np.argsort(d, kind="stable")
+    d, v = d[o], v[o]
+    first = np.empty(len(d), dtype=bool)
+    first[:1] = True
+    np.not_equal(d[1:], d[:-1], out=first[1:])
+    if bool(first.all()):
+        return d, v
+    starts = np.flatnonzero(first)
+    return d[starts], np.add.reduceat(v, starts)

@@ -373,13 +373,15 @@ def tokenize_docs(docs: Sequence[RecallDoc] | _NewDocs, term_ids: _AutoIds
     if int(occ_len.sum()) == 0:
         z = np.zeros(0, I64)
         return z, z, z, dl
-    tok = gather_ranges(text_off, text_tok, tix)
-    key = (tok.astype(np.uint64) << np.uint64(32)) | np.repeat(doc_of, occ_len).astype(np.uint64)
-    del tok
+    # sort keys (tid << 32 | doc) of every token occurrence, then count repeats
+    key = gather_ranges(text_off, text_tok.astype(np.uint64) << np.uint64(32), tix)
+    key |= np.repeat(doc_of.astype(np.uint64), occ_len)
     key.sort()
-    brk = np.flatnonzero(key[1:] != key[:-1]) + 1
-    starts = np.concatenate(([0], brk))
-    tf = np.diff(np.concatenate((starts, [len(key)])))
+    first = np.empty(len(key), dtype=bool)
+    first[0] = True
+    np.not_equal(key[1:], key[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    tf = np.diff(starts, append=len(key))
     uk = key[starts]
     return ((uk >> np.uint64(32)).view(I64), (uk & np.uint64(0xFFFFFFFF)).view(I64),
             tf.astype(I64, copy=False), dl)
@@ -637,10 +639,11 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         seg["mimp_goff"] = offsets(np.bincount(ow[brk], minlength=len(mid)))
         seg["mimp_gtf"] = fo[brk].astype(I64)
         seg["mimp_gstart"] = brk.astype(I64)
+        seg["mimp_gdl"] = dl[sd[o][brk]].astype(I64)  # each group's shortest doc
     else:
         seg["mimp_pos"] = np.zeros(0, np.uint16)
         seg["mimp_goff"] = np.zeros(1, np.uint32)
-        seg["mimp_gtf"] = seg["mimp_gstart"] = np.zeros(0, I64)
+        seg["mimp_gtf"] = seg["mimp_gstart"] = seg["mimp_gdl"] = np.zeros(0, I64)
     seg["mimp_tid"] = mid.astype(I32)
     seg["mimp_off"] = offsets(mlen)
     seg["big_tid"] = big.astype(I32)
@@ -650,6 +653,7 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     gcount: list[int] = []
     gtf: list[np.ndarray] = []
     gstart: list[np.ndarray] = []
+    gdl: list[np.ndarray] = []
     pos = 0
     for j, b in enumerate(big.tolist()):
         d = doc[starts[b] : starts[b + 1]]
@@ -662,6 +666,7 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         gcount.append(len(brk))
         gtf.append(fs[brk])
         gstart.append(brk + pos)
+        gdl.append(dl[d[o][brk]])
         pos += len(d)
     seg["big_tf"] = rows.reshape(-1)
     seg["imp_off"] = offsets(np.array([len(x) for x in imp], dtype=I64))
@@ -669,6 +674,7 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     seg["imp_goff"] = offsets(np.array(gcount, dtype=I64))
     seg["imp_gtf"] = np.concatenate(gtf).astype(I64) if gtf else np.zeros(0, I64)
     seg["imp_gstart"] = np.concatenate(gstart).astype(I64) if gstart else np.zeros(0, I64)
+    seg["imp_gdl"] = np.concatenate(gdl).astype(I64) if gdl else np.zeros(0, I64)
 
 
 def _impact_order(owner: np.ndarray | None, tf: np.ndarray, dl: np.ndarray,
@@ -871,7 +877,8 @@ _REQUIRED = {"meta", "key_hash", "created", "dl", "est", "tgt", "tgt_blob", "tgt
              "dv_val", "term_blob", "term_off", "term_hash", "term_ub", "ub_avgdl",
              "post_off", "post_doc", "post_tf", "big_tid", "big_tf", "imp_off", "imp_doc",
              "imp_goff", "imp_gtf", "imp_gstart", "tg_code", "tg_off", "tg_val", "mimp_tid",
-             "mimp_off", "mimp_pos", "mimp_goff", "mimp_gtf", "mimp_gstart"} | {
+             "mimp_off", "mimp_pos", "mimp_goff", "mimp_gtf", "mimp_gstart", "imp_gdl",
+             "mimp_gdl"} | {
     f"{t}_{s}" for t in TABLES for s in _PER_TABLE}
 _ALLOWED_DTYPES = {"|u1", "<u2", "<u4", "<u8", "<i4", "<i8", "<f4", "<f8", "|i1"}
 
@@ -952,7 +959,8 @@ def _check(seg: dict[str, np.ndarray]) -> None:
           and off_ok("tg_off", "tg_val", len(seg["tg_code"]))
           and off_ok("mimp_off", "mimp_pos", len(seg["mimp_tid"]))
           and off_ok("mimp_goff", "mimp_gtf", len(seg["mimp_tid"]))
-          and len(seg["mimp_gstart"]) == len(seg["mimp_gtf"]))
+          and len(seg["mimp_gstart"]) == len(seg["mimp_gtf"]) == len(seg["mimp_gdl"])
+          and len(seg["imp_gdl"]) == len(seg["imp_gtf"]))
     for t in TABLES:
         nv = len(seg[t + "_voff"]) - 1
         nk = len(seg[t + "_koff"]) - 1

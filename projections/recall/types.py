@@ -80,20 +80,21 @@ class RecallDoc:
         cls, cache_key: str, packet: dict[str, Any], created_at: float, est_bytes: int
     ) -> RecallDoc:
         """Build from a packet as in DESIGN.md; payload strings collected recursively."""
-        summary = packet.get("summary")
-        target = packet.get("target")
-        return cls(
-            cache_key=cache_key,
-            target=target if isinstance(target, str) else "",
-            created_at=float(created_at),
-            summary=summary if isinstance(summary, str) else "",
-            paths=_str_tuple(packet.get("paths")),
-            symbols=_str_tuple(packet.get("symbols")),
-            tests=_str_tuple(packet.get("tests")),
-            task_ids=_str_tuple(packet.get("task_ids")),
-            packet_types=_str_tuple(packet.get("packet_types")),
-            payload_text=_payload_tuple(packet.get("payload")),
-            est_bytes=int(est_bytes),
+        get = packet.get
+        summary = get("summary")
+        target = get("target")
+        return cls(  # positional: the attrs __init__ is measurably faster that way
+            cache_key,
+            target if type(target) is str else (target if isinstance(target, str) else ""),
+            float(created_at),
+            summary if type(summary) is str else (summary if isinstance(summary, str) else ""),
+            _str_tuple(get("paths")),
+            _str_tuple(get("symbols")),
+            _str_tuple(get("tests")),
+            _str_tuple(get("task_ids")),
+            _str_tuple(get("packet_types")),
+            _payload_tuple(get("payload")),
+            int(est_bytes),
         )
 
     def texts(self) -> list[str]:
