@@ -355,3 +355,31 @@ def test_hex_keys_and_other_keys_round_trip_through_bytes() -> None:
             assert ks[0] not in loaded and len(loaded) == len(ks) - 1
             loaded.add(docs[0])
             assert keys(loaded.search("aaa")) == [ks[0]]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.text(alphabet="abcAB._#:", min_size=1, max_size=9), min_size=1,
+                max_size=12), st.text(alphabet="abcAB_.", min_size=1, max_size=5))
+def test_symbol_partial_matches_equal_a_scan(symbols: list[str], word: str) -> None:
+    """The trigram index finds exactly the symbols a plain scan finds."""
+    from projections.recall.index import (
+        is_path_like,
+        partial_symbol_ok,
+        query_words,
+        sym_level,
+    )
+    docs = [doc(f"k{i}", "x", float(i), symbols=(s,)) for i, s in enumerate(symbols)]
+    wl = word.lower()
+    want_filter = {f"k{i}" for i, s in enumerate(symbols) if sym_level(s.lower(), wl, True)}
+    for idx in (RecallIndex.build(docs), RecallIndex.from_bytes(RecallIndex.build(docs)
+                                                                .to_bytes())):
+        got = {h.cache_key for h in idx.search("", symbol_filters=[word], limit=100)}
+        assert got == want_filter
+        ws = query_words(word)  # outer punctuation is trimmed from query words
+        w = ws[0] if ws else ""
+        if len(w) >= 2 and not is_path_like(w):
+            partial = partial_symbol_ok(w)
+            want = {f"k{i}" for i, s in enumerate(symbols)
+                    if sym_level(s.lower(), w.lower(), partial)}
+            hits = idx.search(word, limit=100)
+            assert {h.cache_key for h in hits if "symbol_match" in h.match_reasons} == want

@@ -254,7 +254,8 @@ class RecallIndex:
             "post_off", "post_doc", "post_tf", "term_ub", "est", "imp_off",
             "imp_doc", "imp_goff", "imp_gtf", "imp_gstart", "dv_off", "dv_val", "sum_off",
             "sum_blob", "key_bin", "tgtd_off", "tgtd_doc", "tg_off", "mimp_off", "mimp_pos",
-            "mimp_goff", "mimp_gtf", "mimp_gstart", "imp_gdl", "mimp_gdl")}
+            "mimp_goff", "mimp_gtf", "mimp_gstart", "imp_gdl", "mimp_gdl", "tg_code",
+            "tg_val")}
         for t in S.TABLES:
             for part in ("voff", "vblob", "kv_off", "kv_val", "vd_off", "vd_doc"):
                 self._mv[f"{t}_{part}"] = mview(seg[f"{t}_{part}"])
@@ -1207,19 +1208,27 @@ class RecallIndex:
         wb = S.enc(w)
         base: list[tuple[int, int]] = []
         seg = self._seg
-        if len(wb) >= 3 and len(seg["tg_code"]):
-            codes = [(wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2] for i in range(len(wb) - 2)]
-            codes = list(dict.fromkeys(codes))
-            arr = seg["tg_code"]
-            pos = np.searchsorted(arr, np.array(codes, dtype=np.uint32))
-            pos = np.minimum(pos, len(arr) - 1)
-            if bool((arr[pos] == np.array(codes, dtype=np.uint32)).all()):
-                off = self._mv["tg_off"]
-                spans = sorted((off[p + 1] - off[p], p) for p in pos.tolist())
-                tv = seg["tg_val"]
+        ncode = len(self._mv["tg_code"])
+        if len(wb) >= 3 and ncode:
+            # a symbol containing w contains every trigram of w: look up a few
+            # spread-out trigrams, intersect the rarest lists, then check the rest
+            n = len(wb) - 2
+            picks = sorted({0, n // 3, (2 * n) // 3, n - 1})
+            code, off = self._mv["tg_code"], self._mv["tg_off"]
+            spans = []
+            for i in picks:
+                c = (wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2]
+                p = bisect_left(code, c)
+                if p == ncode or code[p] != c:
+                    spans = []
+                    break
+                spans.append((off[p + 1] - off[p], p))
+            if spans:
+                spans.sort()
+                tv = self._mv["tg_val"]
                 p = spans[0][1]
                 cands = set(tv[off[p] : off[p + 1]].tolist())
-                for _, p in spans[1:3]:
+                for _, p in spans[1:]:
                     if len(cands) <= 8:
                         break
                     cands.intersection_update(tv[off[p] : off[p + 1]].tolist())
