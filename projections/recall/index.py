@@ -1504,7 +1504,7 @@ class RecallIndex:
         if d >= self._nb:
             return self._ddocs[d].cache_key
         if self._keyhex:
-            return bytes(self._mv["key_bin"][32 * d : 32 * d + 32]).hex()
+            return self._mv["key_bin"][32 * d : 32 * d + 32].hex()
         seg = self._seg
         return S.dec(seg["key_blob"][int(seg["key_off"][d]) : int(seg["key_off"][d + 1])]
                      .tobytes())
@@ -1517,7 +1517,7 @@ class RecallIndex:
                     doc.task_ids, doc.packet_types)
         mv = self._mv
         so = mv["sum_off"]
-        summary = S.dec(bytes(mv["sum_blob"][so[d] : so[d + 1]]))
+        summary = str(mv["sum_blob"][so[d] : so[d + 1]], "utf-8", "surrogatepass")
         vo = mv["dv_off"]
         lists: list[list[str]] = [[], [], [], [], []]
         cache = self._vcache
