@@ -27,7 +27,6 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
 import click
@@ -192,11 +191,18 @@ def _silence_stdout() -> int:
     return 1
 
 
-def _version() -> str:
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``; importlib.metadata loads only here (it costs ~10 ms of every start)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib import metadata
+
     try:
-        return metadata.version("ctxledger")
+        version = metadata.version("ctxledger")
     except metadata.PackageNotFoundError:
-        return "unknown"
+        version = "unknown"
+    click.echo(f"ctxledger {version}")
+    ctx.exit()
 
 
 @click.group(
@@ -205,8 +211,13 @@ def _version() -> str:
     lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(
-    _version(), "--version", prog_name="ctxledger", message="%(prog)s %(version)s"
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
 )
 def ctxledger() -> None:
     """ctxledger: an event-sourced context store for coding agents.

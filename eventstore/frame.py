@@ -198,6 +198,8 @@ def decode_payload(payload: bytes | memoryview) -> tuple[float, str | None, list
         obj = cbor2.loads(payload)
     except Exception as e:  # cbor2 raises a variety of decode errors
         raise ValueError(f"payload is not valid CBOR: {e}") from e
+    if isinstance(obj, list) and len(obj) == 3 and isinstance(obj[2], list):
+        return obj[0], obj[1], obj[2]  # written before per-event offsets: still read
     if not (isinstance(obj, list) and len(obj) == 4 and isinstance(obj[3], list)
             and isinstance(obj[2], bytes) and len(obj[2]) == 4 * len(obj[3])):
         raise ValueError("payload is not [at, batch_id, offsets, events]")
@@ -316,7 +318,7 @@ def payload_head_fast(payload: bytes | memoryview) -> tuple[float, str | None] |
     The payload of every frame this code writes starts with
     :func:`payload_prefix`; None means "not that shape (or cut short here)".
     """
-    if len(payload) < 11 or payload[0] != 0x84 or payload[1] != 0xFB:
+    if len(payload) < 11 or payload[0] not in (0x83, 0x84) or payload[1] != 0xFB:
         return None
     at: float = _AT.unpack_from(payload, 2)[0]
     b = payload[10]

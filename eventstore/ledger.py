@@ -855,15 +855,20 @@ class Ledger:
                                     rows_pre_sliced = False
                                     # small payloads decode faster from bytes than a view
                                     obj = loads(data[p0:p1] if n < 65536 else mv[p0:p1])
-                                    rows = obj[3]
                                     at = obj[0]
                                     if type(at) is not float:
                                         at = float(at)
-                                    if (len(obj) != 4 or type(rows) is not list
-                                            or len(obj[2]) != 4 * len(rows)):
-                                        raise ValueError(
-                                            "payload is not [at, batch_id, offsets, events]"
-                                        )
+                                    if len(obj) == 3:  # written before per-event offsets
+                                        rows = obj[2]
+                                        if type(rows) is not list:
+                                            raise ValueError("payload is not [at, bid, events]")
+                                    else:
+                                        rows = obj[3]
+                                        if (len(obj) != 4 or type(rows) is not list
+                                                or len(obj[2]) != 4 * len(rows)):
+                                            raise ValueError(
+                                                "payload is not [at, batch_id, offsets, events]"
+                                            )
                             except Exception as e:
                                 raise CorruptLogError(
                                     path, off + data_off, f"payload does not decode: {e}"

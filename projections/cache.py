@@ -12,7 +12,6 @@ views of the same bytes.
 
 from __future__ import annotations
 
-import re
 import struct
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -41,7 +40,6 @@ PUT = "cache.put"
 EVICTED = "cache.evicted"
 EVICTION_REASONS = ("expired_ttl", "manual_prune", "corrupt_load_recovery")
 
-_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 Row = tuple[int, float, int, int]  # (seq, created_at, target_id, nbytes)
 
@@ -328,10 +326,12 @@ def _cast(view: memoryview, fmt: str) -> memoryview:
 
 
 def _key_bytes(key: object) -> bytes | None:
-    # bytes.fromhex skips whitespace: "ab...  cd" would become a 31-byte key
-    if not isinstance(key, str) or len(key) != 64 or not _HEX.fullmatch(key):
+    """The 32 bytes of a 64-hex-digit key (either case), or None."""
+    if type(key) is not str or len(key) != 64:
         return None
     try:
-        return bytes.fromhex(key)
+        raw = bytes.fromhex(key)
     except ValueError:
         return None
+    # bytes.fromhex skips whitespace: "ab...  cd" would give fewer than 32 bytes
+    return raw if len(raw) == 32 else None

@@ -7,6 +7,7 @@ trusts a checkpoint the log does not vouch for (DESIGN.md rule 4).
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -221,17 +222,45 @@ def fold(
     until: int | None = None,
     progress: Progress | None = None,
 ) -> int:
-    """Apply events ``from_seq..until`` to every state (each skips what it has)."""
+    """Apply events ``from_seq..until`` to every state (each skips what it has).
+
+    The cyclic garbage collector is paused meanwhile: a fold allocates
+    millions of short-lived acyclic objects, and collections triggered by them
+    cost about a third of the time, for nothing.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _fold(ledger, states, from_seq, until, progress)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _fold(
+    ledger: Ledger,
+    states: list[State],
+    from_seq: int,
+    until: int | None,
+    progress: Progress | None,
+) -> int:
     n = 0
-    for at, first, rows in ledger.read_batches(from_seq, until):
-        for i, row in enumerate(rows):
-            seq = first + i
-            if seq < from_seq or (until is not None and seq > until):
-                continue
-            ev = Event(row[0], row[1], row[2], seq=seq, at=at)
-            for s in states:
-                s.apply(ev)
+    applies = [st.apply for st in states]
+    step = 1024  # progress granularity
+    if len(applies) == 1:
+        (apply,) = applies
+        for ev in ledger.read(from_seq, until):
+            apply(ev)
             n += 1
-        if progress is not None:
-            progress(len(rows))
+            if progress is not None and not n % step:
+                progress(step)
+    else:
+        for ev in ledger.read(from_seq, until):
+            for apply in applies:
+                apply(ev)
+            n += 1
+            if progress is not None and not n % step:
+                progress(step)
+    if progress is not None and n % step:
+        progress(n % step)
     return n

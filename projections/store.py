@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from eventstore import Event, HeadMismatchError, Ledger, LedgerError, StoreNotFoundError
+from eventstore import (
+    Event,
+    HeadMismatchError,
+    Ledger,
+    LedgerError,
+    LedgerIOError,
+    StoreNotFoundError,
+)
 
 from . import cache
 from .cache import CacheState, EntryRef
@@ -412,17 +419,22 @@ class ContextStore:
             "skipped_bad_events": st.skipped_bad,
             "head_seq": self.ledger.head,
             "checkpoint_fallbacks": sum(len(v.refused) for v in self.runner.views.values()),
+            "checkpoint_error": self.runner.checkpoint_error,
             "views": views,
         }
 
     # --- maintenance ----------------------------------------------------------------
 
     def checkpoint(self) -> int:
-        """Write every view's checkpoint now (loading views not yet loaded)."""
+        """Write every view's checkpoint now (loading views not yet loaded).
+
+        Forced: files damaged or deleted since the store opened are rewritten
+        even when no event came in.
+        """
         self._check_writable()
         self._sync()
         self.runner.load_all()
-        return self.runner.checkpoint()
+        return self.runner.checkpoint(force=True)
 
     def rebuild(
         self, projection: str | None = None, progress: Progress | None = None
@@ -452,7 +464,12 @@ class ContextStore:
             return
         try:
             if not self.readonly:
-                self.runner.close_checkpoint()
+                try:
+                    self.runner.close_checkpoint()
+                except LedgerIOError as e:
+                    # checkpoints are disposable and the log is intact: the next
+                    # open folds from the log; say why in stats, do not fail close
+                    self.runner.checkpoint_error = str(e)
         finally:
             self._closed = True
             self.ledger.close()

@@ -275,6 +275,14 @@ def test_one_event_decodes_without_the_rest(
     assert decode_rows_at(payload, lo, len(rows) + 1) is None  # out of range: caller decodes all
 
 
+def test_payloads_written_before_offsets_still_decode() -> None:
+    import cbor2
+
+    rows = [["task.note", "t1", {"n": 1}], ["task.note", None, {}]]
+    assert decode_payload(cbor2.dumps([1.0, None, rows])) == (1.0, None, rows)
+    assert decode_rows_at(cbor2.dumps([1.0, None, rows]), 0, 1) is None  # caller decodes all
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=S.batches, data=st.data())
 def test_point_reads_equal_full_reads(batch: list[Event], data: st.DataObject) -> None:
