@@ -1446,10 +1446,10 @@ class RecallIndex:
             raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
         if scope != "global" and not task_id:
             raise ValueError(f"scope {scope} needs a task id")
-        packet_types = tuple(packet_types or ())
-        path_filters = tuple(p for p in (path_filters or ()) if p)
-        symbol_filters = tuple(s for s in (symbol_filters or ()) if s)
-        qtoks = dedupe(tokenize(query or ""))
+        packet_types = tuple(packet_types) if packet_types else ()
+        path_filters = tuple(p for p in path_filters if p) if path_filters else ()
+        symbol_filters = tuple(s for s in symbol_filters if s) if symbol_filters else ()
+        qtoks = list(dict.fromkeys(tokenize(query))) if query else []
         has_filter = bool(since is not None or until is not None or target is not None
                           or packet_types or path_filters or symbol_filters
                           or (task_id and scope != "global"))
@@ -1483,10 +1483,11 @@ class RecallIndex:
         if task_id:
             ids, dv = self._table_exact("task", task_id.lower())
             task_docs = _uniq(self._value_docs("task", ids, dv))
-        self._filter_sets(q, packet_types, path_filters, symbol_filters, target,
-                          task_docs if scope == "task-only" else None)
         if q.ntok and not q.terms and not q.boost:
-            return []
+            return []  # nothing matches (filters can only narrow)
+        if has_filter:
+            self._filter_sets(q, packet_types, path_filters, symbol_filters, target,
+                              task_docs if scope == "task-only" else None)
         if scope == "task-first":
             assert task_docs is not None
             saved = q.restrict
