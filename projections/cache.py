@@ -13,6 +13,7 @@ views of the same bytes.
 from __future__ import annotations
 
 import struct
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 NAME = "cache"
 VERSION = 2
 _LEN = struct.Struct("<I")
+_SMALL = 20_000  # entries below which compaction stays in plain Python
 # base columns in checkpoint order: (name, struct format, numpy dtype, item size)
 _COLUMNS = (
     ("keys", "B", "S32", 32),
@@ -202,6 +204,10 @@ class CacheState:
     # --- checkpoints ----------------------------------------------------------------
 
     def compact(self) -> None:
+        """Merge the delta into new sorted base columns (numpy only for big states)."""
+        if self._n + len(self.delta) < _SMALL:
+            self._compact_small()
+            return
         import numpy as np
 
         keys, seqs, created, tids, nbytes = self.live_columns()
@@ -217,6 +223,31 @@ class CacheState:
         self._base = {
             name: _cast(memoryview(cols[name].astype(dt).tobytes()), fmt)
             for name, fmt, dt, _s in _COLUMNS
+        }
+        self.delta = {}
+
+    def _compact_small(self) -> None:
+        """The same merge in plain Python: importing numpy costs more than it saves here."""
+        b = self._base
+        keys = b["keys"]
+        rows: dict[bytes, Row] = {
+            bytes(keys[i * 32 : i * 32 + 32]): (b["seqs"][i], b["created"][i], b["tids"][i],
+                                                b["nbytes"][i])
+            for i in range(self._n)
+        }
+        for k, r in self.delta.items():
+            if r is None:
+                rows.pop(k, None)
+            else:
+                rows[k] = r
+        order = sorted(rows)
+        self._n = len(order)
+        self._base = {
+            "keys": memoryview(b"".join(order)),
+            "seqs": memoryview(array("q", [rows[k][0] for k in order])),
+            "created": memoryview(array("d", [rows[k][1] for k in order])),
+            "nbytes": memoryview(array("q", [rows[k][3] for k in order])),
+            "tids": memoryview(array("i", [rows[k][2] for k in order])),
         }
         self.delta = {}
 
