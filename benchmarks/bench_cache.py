@@ -832,7 +832,8 @@ Notes:
   the database are in the page cache (warm), as they are right after a write.
 - ctxledger's ingest includes validation, canonical CBOR and blake3 of every
   packet (its cache_key) and one fsync'd frame per 1,000 packets, plus the
-  debounced checkpoints (every 5,000 events) and the final one at `close`. The
+  debounced checkpoints (every 50,000 events or 30 s) and the final ones at
+  `close` (which also builds and checkpoints the recall view). The
   sqlite contender gets the keys precomputed and only `json.dumps` each packet
   inside the clock (`INSERT OR REPLACE`, WAL, `synchronous=FULL`, then `close`).
 - `rebuild()` events/s is measured around the whole call (drop checkpoints, fold,
@@ -857,82 +858,27 @@ Notes:
   readonly=True)` + `get(key)` + `list(limit=100)` minus the same process's VmRSS
   just before `open` (interpreter + `import projections` done, i.e. whatever that
   imports eagerly; anything `get`/`list` import lazily, such as numpy, counts in
-  the delta); "peak" is VmHWM minus that baseline. VmRSS includes file-backed
-  pages of memory-mapped checkpoints, which are shared with the page cache and
-  reclaimable; the anonymous/file-backed split (RssAnon/RssFile) shows how much
-  is private heap. "Every view loaded" also loads the recall view first. sqlite:
+  the delta); "peak" is VmHWM minus that baseline. The anonymous/file-backed
+  split (RssAnon/RssFile) shows how much is private heap (checkpoints are read
+  into memory, so they count as anonymous). "Every view loaded" also loads the recall view first. sqlite:
   the same after `connect` + the key's SELECT + `json.loads` + a 100-row `ORDER
   BY rowid DESC` listing, over a baseline with `sqlite3` and `json` imported.
 """
 
 
 PROFILE = """\
-Where the time and memory go (profiled separately at 200,000 entries on
-2026-11-30 with `python3 -X importtime`, cProfile and `/proc/self/status`; the
-per-phase rows above are re-measured on every run). An earlier run of this
-script, at 03a2c21, found cold `store get` at 200k at ~220-385 ms and 120 MB
-over baseline, because `ContextStore.open` loaded every view (the ~96 MB recall
-checkpoint included: read, MAC, copy, decode ~135 ms), `projections` imported
-numpy (~50-65 ms plus ~40 ms CPU for OpenBLAS's thread pool), and `get` read the
-whole ~17 MB segment holding the entry and decoded its 1,000-packet batch. Since
-then views load lazily, the cache view answers `get` with a pure-Python binary
-search (numpy only for `list`/`prune`/`stats`), reads by seq use a frame index
-and `pread`, and batch payloads carry per-event offsets, so a point read decodes
-one event, and checkpoints are read only for the views asked for. What is
-left (profiled at a026219):
-
-- Cold `store get` at 200k is now interpreter + imports: `open` ~1 ms and
-  `get` ~9 ms in-process, of which ~7 ms is loading the cache checkpoint
-  (`checkpoints._map` reads the 12 MB file into a bytearray, ~5 ms; its
-  keyed-blake3 MAC, ~2 ms) and ~1 ms the point read. Import times (min of 6,
-  busy machine): `site` ~26 ms (part of the `python3 -c pass` floor; ~17 ms of
-  it the editable-install finder and this machine's certifi `.pth`, which a
-  regular install does not pay); `cli.main` ~70 ms cumulative: `eventstore`
-  ~35 ms (`eventstore.event` ~13 ms, attrs ~9 ms of it; `eventstore.verify`
-  ~9 ms, imported eagerly through `eventstore/__init__` -> `backend`), click
-  ~16 ms, `importlib.metadata` ~11 ms (imported at module level in
-  `cli/main.py` only for `--version`); `projections` ~23 ms (`runner` ~7 ms,
-  `config` ~5 ms, `store` ~5 ms).
-- Suggestions for cold `get`: import `importlib.metadata` inside the
-  `--version` callback (-11 ms); make `eventstore.verify` (and `backend`'s
-  import of it) lazy (-9 ms). The one cost still linear in the store is reading
-  and MACing the whole cache checkpoint (~7 ms at 200k, so ~70 ms at 2M): a MAC
-  over per-chunk digests (e.g. blake3 of each 64 KiB of the columns, kept in the
-  header) would let `get` read and verify only the chunks its binary search
-  touches.
-- Rebuild, cache view (cProfile at feb18dd, 200k events): `cbor2.loads` of the
-  batches ~45% (it builds every packet dict although the view needs only
-  `target` and `bytes`), the `fold` loop itself ~15%, `parse_put` +
-  `_key_bytes` ~25% (including a `re.fullmatch` per event), attrs `Event`
-  construction ~4%; and garbage collection: the same fold measured 77-111k
-  events per CPU-second with the collector on and 158k with `gc.disable()`
-  (the decoded packets are container objects, so every batch triggers
-  collections that walk the young heap). This run's cache rebuild (65-72k/s) is
-  below earlier runs of the same day (94-115k/s fold only at 03a2c21-9ab4333),
-  so something in between slowed the fold (the per-event offsets in batch
-  payloads and the stricter `_key_bytes` are candidates). Suggestions:
-  `gc.disable()`/`gc.enable()` (or `gc.freeze()`) around the loop in
-  `runner.fold` (it creates no cycles) -> ~+40%; carry the packet in
-  `cache.put` as its canonical CBOR bytes with `target` and `bytes` beside it,
-  so the cache fold never builds packet dicts (a 1,000-event batch decodes in
-  0.6 ms that way vs 2.7 ms as maps; a format change, bump the view versions);
-  in `_key_bytes`, `len(bytes.fromhex(key)) == 32` rejects whitespace as the
-  regex does (whitespace makes the result shorter), without a regex. Every view
-  together is bound by the recall view: in a cProfile of the two-view fold at
-  e05943d, `RecallDoc.from_packet` (`recall/types.py`) was ~50%, and the recall
-  view defers indexing to one bulk `add_many` when its index is next needed
-  (the checkpoint's `to_bytes`, or replay's report): inside the wall-time rows,
-  outside the "fold only" ones; parse each `cache.put` once for both views.
-- Small stores: `rebuild("cache")` at 5k misses the bar on wall time only
-  because of a one-off: its checkpoint compaction (`CacheState.compact`,
-  `live_columns`) imports numpy lazily, ~100 ms in a fresh process, against a
-  ~40 ms fold. In one process, a first 5k rebuild measured 157 ms wall (44 ms
-  fold), the next ones 45-65 ms. Merging the sorted delta into the base columns
-  without numpy (`heapq.merge`/`bisect`) when the delta is small would remove it.
-- Memory: `get` + `list` hold only the cache view: 60 bytes per entry (11.5 MB
-  at 200k) plus numpy, which `list` imports; loading the recall view as well
-  adds its checkpoint (tens of MB at 200k). The anonymous/file-backed row
-  above says how much is private heap.
+Where the time goes (profiled at 200,000 entries, 2026-11-30, cProfile and
+`python3 -X importtime`). Cold `store get` is interpreter start plus imports
+(`site`, click, attrs, cbor2, blake3, our modules): in-process, `open` takes
+about 1 ms and `get` about 9 ms, of which about 7 ms is reading and MACing the
+12 MB cache checkpoint (the one cost that grows with the store; a MAC over
+per-chunk digests would let `get` verify only the chunks its binary search
+reads) and under 1 ms the point read of one event by its offset in the batch.
+`get` never imports numpy or the recall index. The cache rebuild is bound by
+`cbor2.loads` of the batches (it builds every packet although the cache view
+needs only `target` and `bytes`); the fold runs with the cyclic garbage
+collector paused. "Every view" rebuilds and replays are bound by the recall
+view (tokenising and indexing every packet, issue 4), not by the fold.
 """
 
 
