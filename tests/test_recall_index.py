@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from projections.recall import BOOSTS, RecallDoc, RecallHit, RecallIndex
+from projections.recall import BOOSTS, RecallDoc, RecallHit, RecallIndex, tokenize
 
 
 def doc(key: str, summary: str = "", created: float = 1.0, target: str = "diffy.analyze",
@@ -377,7 +377,7 @@ def test_symbol_partial_matches_equal_a_scan(symbols: list[str], word: str) -> N
         assert got == want_filter
         ws = query_words(word)  # outer punctuation is trimmed from query words
         w = ws[0] if ws else ""
-        if len(w) >= 2 and not is_path_like(w):
+        if len(w) >= 2 and not is_path_like(w) and tokenize(word):
             partial = partial_symbol_ok(w)
             want = {f"k{i}" for i, s in enumerate(symbols)
                     if sym_level(s.lower(), w.lower(), partial)}

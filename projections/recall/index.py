@@ -182,6 +182,9 @@ class _Unit:
         self.j, self.t, self.kind, self.ub, self.n = j, t, kind, ub, n
 
 
+_NO_KINDS: dict[str, Any] = {k: frozenset() for k in ("path", "sym", "test", "task")}
+
+
 class _Query:
     """Everything one search needs, resolved once."""
 
@@ -192,8 +195,7 @@ class _Query:
     def __init__(self) -> None:
         self.terms: list[_Term] = []
         self.boost: dict[int, float] = {}
-        self.kind_docs: dict[str, set[int]] = {k: set() for k in ("path", "sym", "test",
-                                                                   "task")}
+        self.kind_docs: dict[str, Any] = _NO_KINDS  # replaced on the first match
         self.filter_rules = False
         self.rules: list[tuple[str, str, int]] = []
         self.restrict: np.ndarray | None = None
@@ -259,6 +261,8 @@ class RecallIndex:
         for t in S.TABLES:
             for part in ("voff", "vblob", "kv_off", "kv_val", "vd_off", "vd_doc"):
                 self._mv[f"{t}_{part}"] = mview(seg[f"{t}_{part}"])
+        self._tabs = {t: (self._tables[t], self._mv[t + "_kv_off"], self._mv[t + "_kv_val"])
+                      for t in S.TABLES}
         self._big = {int(t): b for b, t in enumerate(seg["big_tid"].tolist())}
         self._midmap = {int(t): m for m, t in enumerate(seg["mimp_tid"].tolist())}
         self._rows = seg["big_tf"].reshape(len(self._big), nb) if nb else \
@@ -1162,14 +1166,11 @@ class RecallIndex:
     # ------------------------------------------------------------ structured lookups
     def _table_exact(self, name: str, key: str) -> tuple[list[int], list[str]]:
         """Base value ids and delta values having lookup key ``key``."""
-        k = self._tables[name].find(S.enc(key))
-        ids: list[int] = []
-        if k >= 0:
-            off = self._mv[name + "_kv_off"]
-            ids = self._mv[name + "_kv_val"][off[k] : off[k + 1]].tolist()
+        h, off, val = self._tabs[name]
+        k = h.find(key.encode("utf-8", "surrogatepass"))
+        ids: list[int] = val[off[k] : off[k + 1]].tolist() if k >= 0 else []
         dk = self._dkeys[name]
-        dvals = sorted(dk.get(key, ())) if dk else []
-        return ids, dvals
+        return ids, (sorted(dk.get(key, ())) if dk else [])
 
     def _value_str(self, name: str, vid: int) -> str:
         return self._gvalue(self._tbase[S.TABLES.index(name)] + vid)[1]
@@ -1307,7 +1308,8 @@ class RecallIndex:
         exact_docs = self._value_docs("sym", ids, dv)
         partial = partial_symbol_ok(w) and not path_hit
         q.rules.append(("sym", wl, 1 if partial else 0))
-        add(exact_docs, BOOSTS["symbol_exact"], "sym")
+        if exact_docs:
+            add(exact_docs, BOOSTS["symbol_exact"], "sym")
         if partial:
             base, delta = self._sym_partial(wl)
             for lvl, bname in ((2, "symbol_prefix"), (1, "symbol_contains")):
@@ -1326,7 +1328,7 @@ class RecallIndex:
 
         Boosts of dead or expired docs never surface: candidates are checked.
         """
-        kind_docs = q.kind_docs
+        kind_docs: dict[str, set[int]] | None = None
         parts: list[tuple[list[int], float]] = []  # (distinct docs, boost)
         for w in words:
             found: dict[str, list[tuple[list[int], float]]] = {}
@@ -1337,7 +1339,11 @@ class RecallIndex:
                     found.setdefault(kind, []).append((docs, b))
 
             self._match_word(w, q, add)
+            if found and kind_docs is None:
+                kind_docs = {k: set() for k in _NO_KINDS}
+                q.kind_docs = kind_docs
             for kind, levels in found.items():
+                assert kind_docs is not None
                 if len(levels) == 1:
                     docs = list(dict.fromkeys(levels[0][0]))
                     parts.append((docs, levels[0][1]))
