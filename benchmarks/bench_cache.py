@@ -63,8 +63,9 @@ if str(REPO) not in sys.path:  # run from a checkout without installing
 BATCH = 1_000
 SEED = 0
 DEFAULT_SIZES = (5_000, 50_000, 200_000)
+from docsection import write_section  # noqa: E402  (a sibling module)
+
 DOC = REPO / "docs" / "benchmarks.md"
-START, END = "<!-- bench_cache:start -->", "<!-- bench_cache:end -->"
 MB = 1024 * 1024
 
 # repetitions (each a median); cold-start runs are fresh processes per contender
@@ -860,7 +861,8 @@ Notes:
   imports eagerly; anything `get`/`list` import lazily, such as numpy, counts in
   the delta); "peak" is VmHWM minus that baseline. The anonymous/file-backed
   split (RssAnon/RssFile) shows how much is private heap (checkpoints are read
-  into memory, so they count as anonymous). "Every view loaded" also loads the recall view first. sqlite:
+  into memory, so they count as anonymous). "Every view loaded" also loads the
+  recall view first. sqlite:
   the same after `connect` + the key's SELECT + `json.loads` + a 100-row `ORDER
   BY rowid DESC` listing, over a baseline with `sqlite3` and `json` imported.
 """
@@ -1086,31 +1088,9 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-INTRO = """# Benchmarks
-
-Side-by-side measurements of ctxledger against well-understood baselines.
-Benchmarks are not part of the test suite or CI; each section below is written
-by the script named in it, and says how to reproduce it. Figures from a shared
-or busy machine are noisy: compare ratios measured in the same run, not
-absolute numbers across runs.
-
-"""
-
-
 def write_docs(section: str) -> None:
-    """Replace only our section (between our markers) of docs/benchmarks.md."""
-    body = f"{START}\n## The cache: `benchmarks/bench_cache.py`\n\n{section}{END}\n"
-    text = DOC.read_text() if DOC.exists() else INTRO
-    if START in text and END in text:
-        pre, rest = text.split(START, 1)
-        post = rest.split(END, 1)[1].lstrip("\n")
-        text = pre + body + ("\n" + post if post else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + body
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    tmp = DOC.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, DOC)
+    write_section("bench_cache", "The cache: `benchmarks/bench_cache.py`", section, DOC)
+
 
 
 def pick_workdir(explicit: str | None) -> Path:

@@ -59,8 +59,9 @@ from eventstore import Event, Ledger  # noqa: E402
 SEED = 20240601
 DATA_BYTES = 200
 BATCH = 1_000
+from docsection import write_section  # noqa: E402  (a sibling module)
+
 DOC = REPO / "docs" / "benchmarks.md"
-START, END = "<!-- bench_ledger:start -->", "<!-- bench_ledger:end -->"
 
 # The figures measured when issue 2 was filed (2 cores) and the goals set there.
 REFERENCE = {"sqlite_full": 4_800, "fsync_floor": 6_900, "sqlite_batched": 375_000}
@@ -525,28 +526,9 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-INTRO = """# Benchmarks
-
-Side-by-side measurements of ctxledger against well-understood baselines.
-Benchmarks are not part of the test suite or CI; each section below is written
-by the script named in it, and says how to reproduce it. Figures from a shared
-or busy machine are noisy: compare ratios measured in the same run, not
-absolute numbers across runs.
-
-"""
-
-
 def write_docs(section: str) -> None:
-    body = f"{START}\n## The log: `benchmarks/bench_ledger.py`\n\n{section}{END}\n"
-    text = DOC.read_text() if DOC.exists() else INTRO
-    if START in text and END in text:
-        pre, rest = text.split(START, 1)
-        post = rest.split(END, 1)[1].lstrip("\n")
-        text = pre + body + ("\n" + post if post else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + body
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    write_section("bench_ledger", "The log: `benchmarks/bench_ledger.py`", section, DOC)
+
 
 
 def main(argv: list[str] | None = None) -> int:

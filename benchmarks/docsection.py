@@ -1,0 +1,35 @@
+"""Each benchmark script owns one marked section of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+INTRO = """# Benchmarks
+
+Side-by-side measurements of ctxledger against well-understood baselines.
+Benchmarks are not part of the test suite or CI; each section below is written
+by the script named in it, and says how to reproduce it. Figures from a shared
+or busy machine are noisy: compare ratios measured in the same run, not
+absolute numbers across runs.
+
+"""
+
+
+def write_section(name: str, title: str, section: str, doc: Path = DOC) -> None:
+    """Replace only the text between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    body = f"{start}\n## {title}\n\n{section}{end}\n"
+    text = doc.read_text() if doc.exists() else INTRO
+    if start in text and end in text:
+        pre, rest = text.split(start, 1)
+        post = rest.split(end, 1)[1].lstrip("\n")
+        text = pre + body + ("\n" + post if post else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + body
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    tmp = doc.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, doc)
