@@ -19,7 +19,7 @@ from .cache import EVICTED, PUT, parse_evict, parse_put
 from .recall import RecallDoc, RecallIndex
 
 NAME = "recall"
-VERSION = 2  # keep in step with projections.store.RECALL
+VERSION = 3  # keep in step with projections.store.RECALL
 _LEN = struct.Struct("<I")
 
 
@@ -81,7 +81,8 @@ class RecallState:
                 "skipped_bad": self.skipped_bad,
             }
         )
-        return _LEN.pack(len(meta)) + meta + self.index.to_bytes()
+        head = _LEN.pack(len(meta)) + meta
+        return head + bytes(-len(head) % 64) + self.index.to_bytes()  # index 64-byte aligned
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> RecallState:
@@ -89,7 +90,8 @@ class RecallState:
         (n,) = _LEN.unpack_from(view, 0)
         meta: dict[str, Any] = cbor2.loads(bytes(view[4 : 4 + n]))
         # the checkpoint's MAC already covers these bytes: skip the index's own checksum
-        st = cls(RecallIndex.from_bytes(view[4 + n :], verify=False))
+        start = 4 + n + (-(4 + n) % 64)
+        st = cls(RecallIndex.from_bytes(view[start:], verify=False))
         st.seq = int(meta["seq"])
         st.skipped_unknown, st.skipped_bad = int(meta["skipped_unknown"]), int(meta["skipped_bad"])
         return st

@@ -49,7 +49,7 @@ def _recall_decode(data: bytes | memoryview) -> RecallState:
     return RecallState.from_bytes(data)
 
 
-RECALL = Projection(RECALL_NAME, 2, _recall_new, _recall_decode)
+RECALL = Projection(RECALL_NAME, 3, _recall_new, _recall_decode)
 
 
 def projections() -> list[Projection]:
