@@ -66,28 +66,22 @@ def _walk(obj: Any, depth: int) -> bool:
         raise _too_deep()
     other = False
     if type(obj) is dict:
-        for k, v in obj.items():
+        for k in obj:
             if type(k) is not str and type(k) not in _SCALARS:
                 _walk_other(k, depth + 1)
                 other = True
-            t = type(v)
-            if t is str or t in _SCALARS:
-                continue
-            if t is dict or t is list:
-                other = _walk(v, depth + 1) or other
-            else:
-                _walk_other(v, depth + 1)
-                other = True
+        values = obj.values()
     else:
-        for v in obj:
-            t = type(v)
-            if t is str or t in _SCALARS:
-                continue
-            if t is dict or t is list:
-                other = _walk(v, depth + 1) or other
-            else:
-                _walk_other(v, depth + 1)
-                other = True
+        values = obj
+    for v in values:
+        t = type(v)
+        if t is str or t in _SCALARS:
+            continue
+        if t is dict or t is list:
+            other = _walk(v, depth + 1) or other
+        else:
+            _walk_other(v, depth + 1)
+            other = True
     return other
 
 
