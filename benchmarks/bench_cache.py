@@ -63,7 +63,7 @@ if str(REPO) not in sys.path:  # run from a checkout without installing
 BATCH = 1_000
 SEED = 0
 DEFAULT_SIZES = (5_000, 50_000, 200_000)
-from docsection import write_section  # noqa: E402  (a sibling module)
+from docsection import cpu_model, write_section  # noqa: E402  (a sibling module)
 
 DOC = REPO / "docs" / "benchmarks.md"
 MB = 1024 * 1024
@@ -699,15 +699,7 @@ def _mem_summary(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def machine(workdir: Path) -> dict[str, str]:
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_model()
     fs = "unknown"
     try:
         best = ""

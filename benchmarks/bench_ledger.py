@@ -59,7 +59,7 @@ from eventstore import Event, Ledger  # noqa: E402
 SEED = 20240601
 DATA_BYTES = 200
 BATCH = 1_000
-from docsection import write_section  # noqa: E402  (a sibling module)
+from docsection import cpu_model, write_section  # noqa: E402  (a sibling module)
 
 DOC = REPO / "docs" / "benchmarks.md"
 
@@ -317,15 +317,7 @@ def fs_type(path: Path) -> str:
 
 
 def machine(workdir: Path) -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_model()
     import blake3
 
     return {

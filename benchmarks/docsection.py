@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -33,3 +34,15 @@ def write_section(name: str, title: str, section: str, doc: Path = DOC) -> None:
     tmp = doc.with_suffix(".md.tmp")
     tmp.write_text(text)
     os.replace(tmp, doc)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo), for the machine lines of a section."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
