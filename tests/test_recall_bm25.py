@@ -62,6 +62,13 @@ def check_against_reference(idx: RecallIndex, docs: list[RecallDoc], query: str,
     # order: score desc, newest first, then cache_key
     keys = [(-h.score, -h.created_at_unix, h.cache_key) for h in hits]
     assert keys == sorted(keys)
+    # the public ranking core gives the same keys and bit-identical scores, at any limit
+    for limit in (1, 3, len(docs) + 1):
+        assert idx.rank(query, limit=limit, live_after=live_after) == [
+            (h.cache_key, h.score) for h in hits[:limit]]
+    for k, s in idx.rank(query, limit=len(docs) + 1, live_after=live_after):
+        if got[k].match_reasons == ("bm25_text",):
+            assert s == pytest.approx(ref[k], rel=1e-9, abs=1e-9)
 
 
 # ------------------------------------------------------------------ strategies

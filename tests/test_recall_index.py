@@ -110,6 +110,16 @@ def test_scopes(idx: RecallIndex) -> None:
     assert keys(idx.search("", scope="task-only", task_id="task-9")) == ["svc"]
 
 
+def test_rank_validates_like_search(idx: RecallIndex) -> None:
+    for bad in (dict(query="x", scope="nope"), dict(query="x", limit=-1), dict(query=""),
+                dict(query="x", scope="task-only")):
+        with pytest.raises(ValueError):
+            idx.rank(**bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            idx.search(**bad)  # type: ignore[arg-type]
+    assert idx.rank("anything", limit=0) == []
+
+
 def test_limits_and_usage_errors(idx: RecallIndex) -> None:
     assert len(idx.search("service", limit=1)) == 1
     assert idx.search("service", limit=0) == []
@@ -278,6 +288,9 @@ def ranked(idx: RecallIndex, limit: int) -> list[list[tuple[object, ...]]]:
     out = []
     for q in PRUNE_QUERIES:
         hits = idx.search(limit=limit, now=50.0, **q)  # type: ignore[arg-type]
+        # rank() is search() without building hits: same keys, same scores
+        assert idx.rank(limit=limit, **q) == [  # type: ignore[arg-type]
+            (h.cache_key, h.score) for h in hits]
         out.append([(h.cache_key, h.score, h.match_reasons, h.matched_tokens,
                      h.matched_paths, h.matched_symbols, h.snippet) for h in hits])
     return out

@@ -190,9 +190,10 @@ class _Query:
 
     __slots__ = ("terms", "avgdl", "la", "i0", "lo", "hi", "since", "until", "boost",
                  "kind_docs", "rules", "restrict", "task_docs", "ntok", "_barr",
-                 "filter_rules")
+                 "filter_rules", "matched")
 
     def __init__(self) -> None:
+        self.matched = True  # rankers report each hit's matched tokens (search needs them)
         self.terms: list[_Term] = []
         self.boost: dict[int, float] = {}
         self.kind_docs: dict[str, Any] = _NO_KINDS  # replaced on the first match
@@ -795,7 +796,7 @@ class RecallIndex:
         if sel is not None:
             items = list(zip(sc[sel].tolist(), D[sel].tolist(), sel.tolist(), strict=True))
         top = self._best(items, k)
-        if tfm is None:
+        if tfm is None or not q.matched:
             return [(x[0], x[1], None) for x in top]
         rows = tfm[[x[2] for x in top]].tolist()
         toks = [t.tok for t in q.terms]
@@ -1428,6 +1429,35 @@ class RecallIndex:
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     # ------------------------------------------------------------ search
+    def rank(
+        self,
+        query: str,
+        limit: int = 8,
+        since: float | None = None,
+        until: float | None = None,
+        target: str | None = None,
+        task_id: str | None = None,
+        scope: str = "global",
+        packet_types: Sequence[str] = (),
+        path_filters: Sequence[str] = (),
+        symbol_filters: Sequence[str] = (),
+        live_after: float | None = None,
+    ) -> list[tuple[str, float]]:
+        """The ranking core of :meth:`search`: ``[(cache_key, score)]``, best first.
+
+        Same arguments (no ``now``: ages are not needed), same validation, same
+        filters, scopes, boosts, exact scores and order as ``search`` — only the
+        :class:`RecallHit` objects (snippet, matched tokens/paths/symbols,
+        reasons, budget) are not built.  This is the like-for-like call for
+        comparing with engines that return (doc, score) pairs.
+        """
+        got = self._ranked(query, limit, since, until, target, task_id, scope, packet_types,
+                           path_filters, symbol_filters, live_after, False)
+        if not got:
+            return []
+        key = self._key_of
+        return [(key(d), sc) for sc, d, _ in got[1]]
+
     def search(
         self,
         query: str,
@@ -1443,7 +1473,26 @@ class RecallIndex:
         live_after: float | None = None,
         now: float | None = None,
     ) -> list[RecallHit]:
-        """Ranked live entries for ``query`` (see docs/recall.md)."""
+        """Ranked live entries for ``query`` as full hits (see docs/recall.md).
+
+        ``search`` = :meth:`rank` + building a :class:`RecallHit` per ranked entry.
+        """
+        got = self._ranked(query, limit, since, until, target, task_id, scope, packet_types,
+                           path_filters, symbol_filters, live_after, True)
+        if not got:
+            return []
+        q, ranked = got
+        if now is None:
+            now = time.time()
+        hit = self._hit
+        return [hit(d, sc, m, q, task_id, now) for sc, d, m in ranked]
+
+    def _ranked(self, query: str, limit: int, since: float | None, until: float | None,
+                target: str | None, task_id: str | None, scope: str,
+                packet_types: Sequence[str], path_filters: Sequence[str],
+                symbol_filters: Sequence[str], live_after: float | None, matched: bool
+                ) -> tuple[_Query, list[Any]] | None:
+        """Validate, resolve and rank: (query state, [(score, doc, matched tokens or None)])."""
         if scope not in SCOPES:
             raise ValueError(f"unknown scope {scope!r}: expected one of {', '.join(SCOPES)}")
         if limit is None:
@@ -1462,15 +1511,14 @@ class RecallIndex:
         if not qtoks and not has_filter:
             raise ValueError("empty query: give query text or at least one filter "
                              "(since, until, target, packet type, path, symbol, task scope)")
-        if now is None:
-            now = time.time()
         if limit == 0:
-            return []
+            return None
         la = live_after
         N, total, i0 = self._stats(la)
         if N == 0:
-            return []
+            return None
         q = _Query()
+        q.matched = matched
         q.avgdl = total / N if total > 0 else 1.0
         q.la, q.i0, q.since, q.until = la, i0, since, until
         q.lo, q.hi = i0, self._nb
@@ -1490,7 +1538,7 @@ class RecallIndex:
             ids, dv = self._table_exact("task", task_id.lower())
             task_docs = _uniq(self._value_docs("task", ids, dv))
         if q.ntok and not q.terms and not q.boost:
-            return []  # nothing matches (filters can only narrow)
+            return None  # nothing matches (filters can only narrow)
         if has_filter:
             self._filter_sets(q, packet_types, path_filters, symbol_filters, target,
                               task_docs if scope == "task-only" else None)
@@ -1504,7 +1552,7 @@ class RecallIndex:
                 ranked += self._rank(q, limit - len(ranked), task_docs)
         else:
             ranked = self._rank(q, limit, None)
-        return [self._hit(d, sc, m, q, task_id, now) for sc, d, m in ranked]
+        return q, ranked
 
     # ------------------------------------------------------------ hits
     def _key_of(self, d: int) -> str:
