@@ -7,7 +7,7 @@ specifies the same layout byte by byte.
 Segment header (64 bytes)::
 
     0  8  magic  b"CTXLSEG\\0"
-    8  2  format version (u16 LE)
+    8  2  format version (u16 LE): 1 or 2 (2: zeros may follow the last frame)
    10  2  flags (0)
    12  4  roll_kib: writers seal this segment once it holds this many KiB
    16  8  base_seq: seq of the first event in this segment
@@ -27,6 +27,9 @@ Frame (one atomic batch)::
           relative to the first event, so one event decodes without the rest)
  56+n  4  frame length = 64 + n (u32 LE)
  60+n  4  magic b"CTXE"
+
+Zeros after the last frame of a segment are free space a writer preallocated,
+never data (a frame always ends with the non-zero footer magic).
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ import attrs
 import blake3
 import cbor2
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: From this version on, zeros past a segment's last frame are free space (format.md §7):
+#: writers preallocate them, and only segments of this version or newer get them.
+PREALLOC_VERSION = 2
 SEGMENT_MAGIC = b"CTXLSEG\x00"
 SEGMENT_HEADER = struct.Struct("<8sHHIQ32s")
 SEGMENT_HEADER_SIZE = 64
@@ -405,6 +411,26 @@ def check_digest(buf: bytes | memoryview, info: FrameInfo, prev_digest: bytes) -
 
 def payload_of(buf: bytes | memoryview, info: FrameInfo) -> memoryview:
     return memoryview(buf)[info.offset + FRAME_HEADER_SIZE : info.end - FOOTER_SIZE]
+
+
+_ZERO_BLOCK = bytes(4096)
+
+
+def content_end(buf: bytes, start: int) -> int:
+    """Where ``buf``'s content ends: after its last non-zero byte at or past ``start``.
+
+    Writers preallocate zeros past the last frame (format.md §7), so the zeros
+    at the end of a segment are free space, not data. A frame always ends with
+    the non-zero footer magic, so this never cuts a whole frame. Returns
+    ``min(len(buf), start)`` when nothing past ``start`` is non-zero.
+    """
+    hi = len(buf)
+    while hi > start:
+        lo = max(start, hi - 4096)
+        if buf[lo:hi] != _ZERO_BLOCK[: hi - lo]:  # memcmp per block, not a byte loop
+            return lo + len(buf[lo:hi].rstrip(b"\0"))
+        hi = lo
+    return min(len(buf), start)
 
 
 def has_valid_frame_after(buf: bytes | memoryview, off: int, min_seq: int) -> bool:

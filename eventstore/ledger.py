@@ -31,11 +31,13 @@ from .frame import (
     FOOTER,
     FOOTER_MAGIC,
     FOOTER_SIZE,
+    FORMAT_VERSION,
     FRAME_HEADER,
     FRAME_HEADER_SIZE,
     FRAME_MAGIC,
     FRAME_OVERHEAD,
     GENESIS_DIGEST,
+    PREALLOC_VERSION,
     SEGMENT_HEADER_SIZE,
     FrameError,
     decode_rows_at,
@@ -52,9 +54,11 @@ from .frame import (
 )
 from .lock import WriterLock
 from .segments import (
+    PREALLOC_BYTES,
     FrameIndex,
     Tail,
     create_segment,
+    data_end,
     fast_tail,
     header_is_torn,
     list_segments,
@@ -146,6 +150,9 @@ class Ledger:
         # it, or saw it while holding the writer lock (see _refresh)
         self._end_stable = True
         self._swept = False
+        self._may_preallocate = False
+        self._appended = False  # this handle has appended (see _preallocate)
+        self._preallocated = False  # ... and left zeros past the end (trimmed on close)
         self._unsynced = False
         self._left_unsynced: list[Path] = []  # segments left with unsynced frames (sync="none")
         self._last_sync = time.monotonic()
@@ -220,14 +227,14 @@ class Ledger:
         fd = open_segment(path)
         try:
             try:
-                size = os.fstat(fd).st_size
                 head = pread_all(fd, SEGMENT_HEADER_SIZE, 0)
+                size = data_end(fd, os.fstat(fd).st_size)
             except OSError as e:
                 raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
             if may_be_torn and header_is_torn(path, fd, size, head):
                 return False
             hdr = read_header(path, head)
-            self._set_active(base, path, hdr.roll_bytes)
+            self._set_active(base, path, hdr.roll_bytes, hdr.version)
             tail = fast_tail(path, fd, size, hdr.prev_digest, base)
             if tail is None:  # unclear ending: walk the whole segment
                 try:
@@ -243,12 +250,15 @@ class Ledger:
         finally:
             os.close(fd)
 
-    def _set_active(self, base: int, path: Path, roll_bytes: int) -> None:
+    def _set_active(self, base: int, path: Path, roll_bytes: int, version: int) -> None:
         if self._fd >= 0:
             self._sync_before_leaving()
             os.close(self._fd)
             self._fd, self._fd_writable = -1, False
         self._active_base, self._active_path, self._roll_at = base, path, roll_bytes
+        # zeros past the last frame are free space from format version 2 on; a version 1
+        # segment is never preallocated, so older readers of it never meet them
+        self._may_preallocate = version >= PREALLOC_VERSION
         self._end, self._torn = SEGMENT_HEADER_SIZE, None
         self._active_checked = True  # new, or about to be walked in full by the caller
 
@@ -325,7 +335,7 @@ class Ledger:
             # (see _after_failed_sync). Forget it and walk the segment afresh, or we
             # would chain to a frame that is gone, or cut the frames written since.
             self._rescan_active()
-        elif size > self._end:
+        elif size > self._end and (size := self._visible_end(fd, size)) > self._end:
             try:
                 data = pread_all(fd, size - self._end, self._end)
             except OSError as e:
@@ -356,6 +366,21 @@ class Ledger:
                 if not self._switch_to((base, path), self._digest, base, last):
                     break
 
+    def _visible_end(self, fd: int, size: int) -> int:
+        """Where the active segment's content ends, given its size beyond ``_end``.
+
+        Zeros at ``_end`` mean nothing new: the space past the last frame is
+        preallocated, and a frame another process writes always starts with its
+        non-zero magic (a power cut can leave junk behind zeros, but every
+        handle opened after one walks the segment through :func:`data_end`).
+        """
+        try:
+            if pread_all(fd, 4, self._end) == b"\0\0\0\0":
+                return self._end
+            return data_end(fd, size)
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {self._active_path}: {e.strerror}") from e
+
     def _last_frame_still_there(self, fd: int) -> bool:
         """Does the frame we believe ends at ``_end`` still end there, with our digest?"""
         if self._end <= SEGMENT_HEADER_SIZE:
@@ -373,7 +398,7 @@ class Ledger:
         assert self._active_path is not None
         fd = self._active_fd()
         try:
-            return pread_all(fd, os.fstat(fd).st_size, 0)
+            return pread_all(fd, data_end(fd, os.fstat(fd).st_size), 0)
         except OSError as e:
             raise LedgerIOError(f"cannot read {self._active_path}: {e.strerror}") from e
 
@@ -401,7 +426,7 @@ class Ledger:
         base, path = seg
         fd = open_segment(path)
         try:
-            data = pread_all(fd, os.fstat(fd).st_size, 0)
+            data = pread_all(fd, data_end(fd, os.fstat(fd).st_size), 0)
         except OSError as e:
             raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
         finally:
@@ -413,7 +438,7 @@ class Ledger:
             hdr = read_header(path, data)
             if hdr.prev_digest != prev_digest:
                 raise CorruptLogError(path, 0, "segment does not chain to the one before it")
-            self._set_active(base, path, hdr.roll_bytes)
+            self._set_active(base, path, hdr.roll_bytes, hdr.version)
             self._head, self._digest = base - 1, prev_digest
             tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, prev_digest, next_seq, fast=False)
             self._note_batches(data, tail, SEGMENT_HEADER_SIZE)
@@ -511,6 +536,8 @@ class Ledger:
         except ValueError as e:
             raise InvalidEventError(str(e)) from None
         start = self._end
+        if self.sync == "always" and self._appended and self._may_preallocate:
+            self._preallocate(fd, start + len(frame))
         try:
             _osio.write_all(fd, frame, start)
         except OSError as e:
@@ -535,8 +562,35 @@ class Ledger:
             self._last_sync = time.monotonic()
         last = first + count - 1
         self._end, self._head, self._digest, self._last_at = start + len(frame), last, digest, at
+        self._appended = True
         self._note_frame(first, last, at, batch_id)
         return Receipt(first, last, at, batch_id)
+
+    def _preallocate(self, fd: int, need: int) -> None:
+        """Make the active segment at least ``need`` bytes long, writing zeros ahead.
+
+        A durable append that grows its file makes fdatasync commit the new size
+        as well as the data; overwriting zeros written (and synced) earlier does
+        not. So ``sync="always"`` writers (from a handle's second append on: a
+        one-shot writer gains nothing) keep up to :data:`PREALLOC_BYTES` of real
+        zeros (not a sparse hole) past the last frame, never past the roll point
+        by more than the frame that crosses it. Readers see zeros as the end of
+        the content (:func:`data_end`). Zeros go only past the current end of the
+        file, never over bytes already there.
+        """
+        try:
+            size = os.fstat(fd).st_size
+            if need <= size:
+                return
+            target = max(need, min(need + PREALLOC_BYTES, self._roll_at))
+            target = -(-target // 4096) * 4096
+            _osio.write_all(fd, bytes(target - size), size)
+            self._preallocated = True
+        except OSError as e:
+            self._undo_write(fd, self._end)
+            raise LedgerIOError(
+                f"append failed preallocating {self._active_path}: {e.strerror or e}"
+            ) from e
 
     def _check_active(self) -> None:
         """Walk the active segment in full before this handle first writes to it.
@@ -617,13 +671,47 @@ class Ledger:
         if self._torn is not None:  # a torn tail in a full segment: cut it before sealing
             self._repair_tail(self._active_fd(write=True))
         self._sync_before_leaving()  # sync="batch": seal only synced frames
+        self._trim_preallocation()
         base = self._head + 1
         path = create_segment(
             self.log_dir, base, self._digest, self.segment_bytes, self.sync != "none"
         )
         # seal where the header says, as every other handle will (whole KiB)
-        self._set_active(base, path, header_roll_bytes(self.segment_bytes))
+        self._set_active(base, path, header_roll_bytes(self.segment_bytes), FORMAT_VERSION)
         self._end_stable = True
+
+    def _trim_preallocation(self) -> None:
+        """Cut the zeros preallocated past the last frame of a segment being sealed.
+
+        Only tidiness: readers take trailing zeros as the end of any segment, so
+        a failed or lost truncation (not synced) leaves nothing to repair.
+        """
+        if self._active_path is None or self._torn is not None:
+            return
+        try:
+            fd = self._active_fd()
+            if os.fstat(fd).st_size > self._end:
+                fd = self._active_fd(write=True)
+                _osio.ftruncate(fd, self._end)
+        except OSError:
+            pass
+
+    def _trim_on_close(self) -> None:
+        """Leave no preallocated zeros behind: cut them under the lock if it is free now.
+
+        Skipped (harmlessly: readers take zeros as the end) when another writer
+        holds the lock, or anything fails.
+        """
+        lock = self._lock
+        if lock is None or self._poisoned or self._fault is not None or not lock.try_acquire():
+            return
+        try:
+            self._refresh()
+            self._trim_preallocation()
+        except (LedgerError, OSError):
+            pass
+        finally:
+            lock.release()
 
     def _repair_tail(self, fd: int) -> None:
         """Move a torn tail aside (never deleted), then truncate to the valid prefix.
@@ -695,7 +783,10 @@ class Ledger:
                 return
             fd = open_segment(path)
             try:
-                end = self._end if path == self._active_path else os.fstat(fd).st_size
+                end = (
+                    self._end if path == self._active_path
+                    else data_end(fd, os.fstat(fd).st_size)
+                )
                 for head in recent_heads(path, fd, SEGMENT_HEADER_SIZE, end):
                     yield head
                     n += 1
@@ -953,11 +1044,11 @@ class Ledger:
             raise LedgerIOError(f"cannot open {path}: {e.strerror}") from e
         try:
             st = os.fstat(fd)
-            size = st.st_size
+            size = data_end(fd, st.st_size)
             if use_index and (need > base or to_seq is not None) and (
                 not later or size > INDEX_MIN_BYTES
             ):
-                found = self._indexed_span(path, fd, st, last, need, to_seq)
+                found = self._indexed_span(path, fd, st.st_ino, size, last, need, to_seq)
                 return found if found else None
             data = pread_all(fd, size, 0)
         except OSError as e:
@@ -973,22 +1064,22 @@ class Ledger:
         )
 
     def _indexed_span(
-        self, path: Path, fd: int, st: os.stat_result, last: bool, need: int, to_seq: int | None
+        self, path: Path, fd: int, ino: int, size: int, last: bool, need: int, to_seq: int | None
     ) -> Any:
         """:meth:`_span` through the segment's frame index (built or extended here).
 
-        Returns the span, ``()`` for a torn last segment. Raises ``OSError``.
+        ``size`` is where the segment's content ends (:func:`data_end`). Returns
+        the span, ``()`` for a torn last segment. Raises ``OSError``.
         """
-        size = st.st_size
         with self._index_lock:
             idx = self._indexes.get(path)
-            if idx is not None and (idx.ino != st.st_ino or size < idx.end):
+            if idx is not None and (idx.ino != ino or size < idx.end):
                 idx = None  # another file now, or it shrank: walk it afresh
             if idx is None:
                 head = pread_all(fd, SEGMENT_HEADER_SIZE, 0)
                 if last and header_is_torn(path, fd, size, head):
                     return ()
-                idx = FrameIndex(st.st_ino, read_header(path, head))
+                idx = FrameIndex(ino, read_header(path, head))
                 self._indexes[path] = idx
                 while len(self._indexes) > INDEX_CACHE:
                     self._indexes.popitem(last=False)
@@ -1061,6 +1152,8 @@ class Ledger:
             try:
                 if self.sync == "batch":
                     self.flush()
+                if self._preallocated:
+                    self._trim_on_close()
             finally:
                 self._closed = True
                 if self._fd >= 0:

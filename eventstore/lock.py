@@ -41,6 +41,14 @@ class WriterLock:
                 self.release()
                 raise LedgerIOError(f"cannot write lock file {self.path}: {e.strerror or e}") from e
 
+    def try_acquire(self) -> bool:
+        """Take the lock only if it is free now (for tidying that can be skipped)."""
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
     def _wait(self) -> None:
         start = time.monotonic()
         delay = 0.0005

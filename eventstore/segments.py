@@ -32,6 +32,7 @@ from .frame import (
     SegmentHeader,
     SegmentHeaderError,
     check_digest,
+    content_end,
     decode_payload,
     decode_segment_header,
     encode_segment_header,
@@ -96,6 +97,27 @@ def pread_all(fd: int, n: int, offset: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+#: A writer with ``sync="always"`` keeps up to this many zero bytes allocated past its
+#: last frame, so each durable append overwrites blocks the file already has: the
+#: fdatasync then has no file size to commit (format.md §7).
+PREALLOC_BYTES = 256 * 1024
+
+
+def data_end(fd: int, size: int) -> int:
+    """Where a segment's content ends: ``size`` without the trailing zeros writers
+    preallocate (never below the 64-byte header). Reads backwards, in growing
+    chunks, only as far as the zeros go. Raises ``OSError``."""
+    hi, want = size, 4096
+    while hi > SEGMENT_HEADER_SIZE:
+        lo = max(SEGMENT_HEADER_SIZE, hi - want)
+        chunk = pread_all(fd, hi - lo, lo)
+        end = content_end(chunk, 0)
+        if end:
+            return lo + end
+        hi, want = lo, min(want * 4, 1 << 20)
+    return min(size, SEGMENT_HEADER_SIZE)
 
 
 def open_segment(path: Path) -> int:

@@ -13,6 +13,7 @@ from .frame import (
     GENESIS_DIGEST,
     SEGMENT_HEADER_SIZE,
     FrameError,
+    content_end,
     decode_payload,
     has_valid_frame_after,
     iter_frames,
@@ -20,6 +21,13 @@ from .frame import (
     segment_header_is_torn,
 )
 from .segments import list_segments, read_bytes, read_header
+
+
+def _content(path: Path) -> bytes:
+    """A segment's bytes without the zeros preallocated past its last frame."""
+    data = read_bytes(path)
+    end = content_end(data, SEGMENT_HEADER_SIZE)
+    return data if end == len(data) else data[:end]
 
 
 @attrs.frozen
@@ -80,7 +88,7 @@ def verify_log(log_dir: Path) -> VerifyReport:
     if segs:
         path = segs[-1][1]
         try:
-            data = read_bytes(path)
+            data = _content(path)
         except LedgerIOError:
             pass  # reported below
         else:
@@ -98,7 +106,7 @@ def verify_log(log_dir: Path) -> VerifyReport:
     for i, (base, path) in enumerate(segs):
         last = i == len(segs) - 1
         try:
-            data = read_bytes(path)
+            data = _content(path)
         except LedgerIOError as e:
             problems.append(Problem(path.name, 0, str(e)))
             continue

@@ -32,7 +32,8 @@ from eventstore import (
     WriterPoisonedError,
     _osio,
 )
-from eventstore.frame import SEGMENT_HEADER_SIZE, iter_frames
+from eventstore.frame import SEGMENT_HEADER_SIZE, content_end, iter_frames
+from eventstore.verify import verify_log
 
 # children import the very eventstore this process is testing
 CODE_ROOT = Path(eventstore.__file__).resolve().parents[1]
@@ -49,6 +50,11 @@ def child(code: str, *args: object, **kw: Any) -> subprocess.Popen[str]:
         text=True,
         **kw,
     )
+
+
+def content_size(seg: Path) -> int:
+    """A segment's size without the zeros a writer preallocated past its last frame."""
+    return content_end(seg.read_bytes(), SEGMENT_HEADER_SIZE)
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -253,13 +259,13 @@ def test_failing_write_acknowledges_nothing(
     for i in range(3):
         led.append([ev(i)])
     seg = next(log.glob("*.seg"))
-    size = seg.stat().st_size
+    size = content_size(seg)
     monkeypatch.setattr(_osio, target, fault())
     with pytest.raises(LedgerIOError) as info:
         led.append([ev(99, pad=500)])
     assert not isinstance(info.value, WriterPoisonedError)
     monkeypatch.undo()
-    assert seg.stat().st_size == size  # the partial frame was cut again
+    assert seg.stat().st_size == size  # the partial frame (and the zeros past it) cut
     assert led.head == 3
     assert led.append([ev(3)]).first_seq == 4  # a failed write does not poison the handle
     led.close()
@@ -272,7 +278,7 @@ def test_failed_sync_poisons_the_handle(tmp_path: Path, monkeypatch: pytest.Monk
     led.append([ev(0)])
     led.append([ev(1)])
     seg = next(log.glob("*.seg"))
-    size = seg.stat().st_size
+    size = content_size(seg)
     monkeypatch.setattr(_osio, "fdatasync", oserror(errno.EIO))  # what an append syncs with
     with pytest.raises(LedgerIOError) as info:
         led.append([ev(99)])
@@ -327,7 +333,7 @@ def fill_to_roll(led: Ledger, log: Path, acked: list[int]) -> None:
     i = len(acked)
     while True:
         segs = sorted(log.glob("*.seg"))
-        if segs and segs[-1].stat().st_size >= 4096:
+        if segs and content_size(segs[-1]) >= 4096:
             return
         led.append([ev(i, pad=200)])
         acked.append(i)
@@ -470,6 +476,7 @@ def test_random_fault_schedule_keeps_exactly_the_acknowledged(
 
 def frames_of(seg: Path) -> list[Any]:
     raw = seg.read_bytes()
+    raw = raw[: content_end(raw, SEGMENT_HEADER_SIZE)]
     base = int(seg.name[:20])
     from eventstore.frame import decode_segment_header
 
@@ -581,7 +588,6 @@ def test_a_handle_open_before_the_damage_fails_closed_too(tmp_path: Path) -> Non
     [
         pytest.param(lambda raw, f: raw[: f.end - 1], id="missing-last-byte"),
         pytest.param(lambda raw, f: raw[: f.offset + 20], id="torn-header"),
-        pytest.param(lambda raw, f: raw + b"\x00" * 4096, id="zero-filled-tail"),
         pytest.param(
             lambda raw, f: (
                 raw[: f.offset + 60] + bytes([raw[f.offset + 60] ^ 4]) + raw[f.offset + 61 :]
@@ -617,6 +623,118 @@ def test_torn_final_frame_ignored_by_readers_cut_only_by_a_writer(
         rep = led.verify()
         assert rep.ok, rep.problems
     assert [e.data["i"] for e in all_events(log)] == list(range(keep + 1))
+
+
+# --- (d2) preallocated zeros past the last frame (format.md §7) -------------------------------
+
+
+def test_zeros_past_the_last_frame_are_free_space(tmp_path: Path) -> None:
+    """Zeros after the last frame (a writer's preallocation, or a power cut that left a
+    file longer than its data) are no data: not a torn tail, and the next frame goes there."""
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        for i in range(4):
+            led.append([ev(i)])
+    seg = next(log.glob("*.seg"))
+    raw = seg.read_bytes()
+    seg.write_bytes(raw + bytes(8192))
+    with Ledger.open(log, readonly=True) as ro:
+        assert ro.head == 4 and [e.data["i"] for e in ro.read()] == [0, 1, 2, 3]
+        rep = ro.verify()
+        assert rep.ok, rep.problems
+    with Ledger.open(log) as led:
+        assert led.append([ev(4)]).first_seq == 5
+        assert seg.stat().st_size == len(raw) + 8192  # written over the zeros, in place
+    assert [e.data["i"] for e in all_events(log)] == [0, 1, 2, 3, 4]
+    assert verify_log(log).ok
+
+
+def test_a_durable_writer_preallocates_and_close_trims(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    led = Ledger.open(log)
+    led.append([ev(0)])
+    seg = next(log.glob("*.seg"))
+    assert seg.stat().st_size == content_size(seg)  # a one-shot writer allocates nothing
+    for i in range(1, 5):
+        led.append([ev(i)])
+    assert seg.stat().st_size > content_size(seg) + 64 * 1024
+    reader = Ledger.open(log, readonly=True)
+    assert reader.head == 5
+    led.append([ev(5)])
+    assert reader.head == 6 and [e.data["i"] for e in reader.read(from_seq=6)] == [5]
+    reader.close()
+    led.close()
+    assert seg.stat().st_size == content_size(seg)
+    check_reopened(log, [0, 1, 2, 3, 4, 5])
+
+
+def test_a_writer_that_dies_with_preallocated_zeros_leaves_a_sound_log(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    led = Ledger.open(log)
+    for i in range(5):
+        led.append([ev(i)])
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    for f in log.iterdir():  # the files as a kill -9 now would leave them
+        (crashed / f.name).write_bytes(f.read_bytes())
+    led.close()
+    seg = next(crashed.glob("*.seg"))
+    assert seg.stat().st_size > content_size(seg)
+    assert verify_log(crashed).ok
+    check_reopened(crashed, [0, 1, 2, 3, 4])
+
+
+def test_sealed_segments_hold_no_preallocated_zeros(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with Ledger.open(log, segment_bytes=4096) as led:
+        for i in range(60):
+            led.append([ev(i, pad=200)])
+        segs = sorted(log.glob("*.seg"))
+        assert len(segs) > 3
+        assert all(s.stat().st_size == content_size(s) for s in segs[:-1])
+    check_reopened(log, list(range(60)))
+
+
+def test_failing_preallocation_acknowledges_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "log"
+    led = Ledger.open(log)
+    led.append([ev(0)])
+    led.append([ev(1)])
+    seg = next(log.glob("*.seg"))
+    size = content_size(seg)
+    monkeypatch.setattr(_osio, "pwrite", oserror(errno.ENOSPC))  # the zeros, before the frame
+    with pytest.raises(LedgerIOError) as info:
+        led.append([ev(99, pad=400_000)])  # past the zeros already allocated
+    assert "preallocating" in str(info.value)
+    monkeypatch.undo()
+    assert seg.stat().st_size == size
+    assert led.head == 2
+    assert led.append([ev(2)]).first_seq == 3
+    led.close()
+    check_reopened(log, [0, 1, 2])
+
+
+def test_a_version_1_segment_reads_and_is_never_preallocated(tmp_path: Path) -> None:
+    """Logs written before format version 2 read as before; a writer keeps their last
+    segment free of zeros, so the older ctxledger that wrote it can still read it."""
+    import blake3
+
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([ev(0)])
+    seg = next(log.glob("*.seg"))
+    raw = bytearray(seg.read_bytes())
+    raw[8:10] = (1).to_bytes(2, "little")
+    raw[56:64] = blake3.blake3(bytes(raw[:56])).digest()[:8]
+    seg.write_bytes(bytes(raw))
+    led = Ledger.open(log)
+    for i in range(1, 6):
+        led.append([ev(i)])
+    assert seg.stat().st_size == content_size(seg)
+    led.close()
+    check_reopened(log, list(range(6)))
 
 
 # --- (e) the writer lock names its holder ---------------------------------------------------------

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from eventstore import CorruptLogError, Event, Ledger
 from eventstore.frame import (
+    FORMAT_VERSION,
     FRAME_OVERHEAD,
     GENESIS_DIGEST,
     SEGMENT_HEADER_SIZE,
@@ -302,7 +303,7 @@ def test_segment_header_round_trip(base: int, prev: bytes, roll: int) -> None:
     raw = encode_segment_header(base, prev, roll)
     assert len(raw) == SEGMENT_HEADER_SIZE
     hdr = decode_segment_header(raw)
-    assert (hdr.base_seq, hdr.prev_digest, hdr.version) == (base, prev, 1)
+    assert (hdr.base_seq, hdr.prev_digest, hdr.version) == (base, prev, FORMAT_VERSION)
     assert hdr.roll_bytes == roll // 1024 * 1024
 
 
