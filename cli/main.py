@@ -229,6 +229,16 @@ def ctxledger() -> None:
     """
 
 
+ENV_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
+"""Set by :func:`main` unless the caller set them, before anything imports numpy.
+
+numpy's OpenBLAS starts a thread pool per core when numpy is imported and
+stops it at exit; ctxledger does no linear algebra, and on this 2-core machine
+the pool cost a cold ``recall`` 5-100 ms (the most when the machine is busy)."""
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point (``ctxledger = "cli.main:main"``)."""
+    for name, value in ENV_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     ctxledger.main(argv, prog_name="ctxledger")

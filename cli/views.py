@@ -17,9 +17,19 @@ from .options import Ctx
 def open_store(
     ctx: Ctx, *, write: bool = False, progress: Callable[[int], None] | None = None
 ) -> ContextStore:
-    """The store at ``--root``, closed when the command ends (readonly unless ``write``)."""
+    """The store at ``--root``, closed when the command ends (readonly unless ``write``).
+
+    A read command maps the checkpoints instead of reading them (a cold
+    ``recall`` at 200k entries skips copying a 70 MB file): it lives for one
+    answer, and the store refuses to answer if a mapped file was rewritten in
+    place meanwhile (``ContextStore.open(map_checkpoints=...)``).
+    """
     ctx.require_store()
-    return ctx.managed(ContextStore.open(ctx.root, readonly=not write, progress=progress))
+    return ctx.managed(
+        ContextStore.open(
+            ctx.root, readonly=not write, progress=progress, map_checkpoints=not write
+        )
+    )
 
 
 def show_progress(ctx: Ctx) -> bool:

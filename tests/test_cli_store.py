@@ -147,6 +147,41 @@ def test_read_commands_write_nothing(root: Path) -> None:
     assert snapshot(root) == before
 
 
+def test_read_commands_map_checkpoints_and_write_commands_read_them(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cli.views
+    from projections import ContextStore
+
+    opened: list[tuple[bool, bool]] = []
+    real = ContextStore.open
+
+    def spy(*args: Any, **kw: Any) -> ContextStore:
+        opened.append((kw.get("readonly", False), kw.get("map_checkpoints", False)))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cli.views.ContextStore, "open", spy)
+    ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
+    key = ok_json("store", "list", "--root", str(root))["entries"][0]["cache_key"]
+    for args in (["store", "get", "--key", key], ["store", "stats"], ["recall", "-q", "auth"]):
+        ok_json(*args, "--root", str(root))
+    ok_json("store", "prune", "--all", "--root", str(root))
+    assert opened == [(False, False)] + [(True, True)] * 4 + [(False, False)]
+
+
+def test_console_entry_keeps_openblas_to_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cli.main import main
+
+    for preset, want in ((None, "1"), ("4", "4")):  # the caller's own setting wins
+        if preset is None:
+            monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OPENBLAS_NUM_THREADS", preset)
+        with pytest.raises(SystemExit):
+            main(["--version"])
+        assert os.environ["OPENBLAS_NUM_THREADS"] == want
+
+
 def test_recall_json_and_usage_errors(root: Path) -> None:
     ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
     ok_json(

@@ -399,9 +399,9 @@ def build(root: Path, n: int = 6, tag: str = "") -> dict[str, Any]:
 
 
 def reopen_and_check(
-    root: Path, expected: dict[str, Any], loaded_from: str, reasons: list[str]
+    root: Path, expected: dict[str, Any], loaded_from: str, reasons: list[str], **kw: Any
 ) -> ContextStore:
-    store = open_store(root)
+    store = open_store(root, **kw)
     stats = store.stats()
     view = stats["views"][cache_mod.NAME]
     assert view["loaded_from"] == loaded_from
@@ -423,32 +423,48 @@ def test_clean_reopen_loads_the_primary(tmp_path: Path) -> None:
     reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
+MAPPED = {"readonly": True, "map_checkpoints": True}  # how the CLI's read commands open
+
+
+@pytest.mark.parametrize("kw", [{}, MAPPED], ids=["read", "mapped"])
 @pytest.mark.parametrize("offset", [0, 9, 40, -40, -1])
-def test_garbled_primary_falls_back_to_backup(tmp_path: Path, offset: int) -> None:
+def test_garbled_primary_falls_back_to_backup(
+    tmp_path: Path, offset: int, kw: dict[str, Any]
+) -> None:
     expected = build(tmp_path)
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", offset)
     store = reopen_and_check(
-        tmp_path, expected, "backup", [r"primary: (MAC mismatch|not a checkpoint)"]
+        tmp_path, expected, "backup", [r"primary: (MAC mismatch|not a checkpoint)"], **kw
     )
     store.close()
 
 
-def test_truncated_or_empty_primary_falls_back_to_backup(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kw", [{}, MAPPED], ids=["read", "mapped"])
+def test_truncated_or_empty_primary_falls_back_to_backup(
+    tmp_path: Path, kw: dict[str, Any]
+) -> None:
     expected = build(tmp_path)
     p = ckpt_dir(tmp_path) / "cache.ckpt"
     p.write_bytes(p.read_bytes()[:-7])
-    reopen_and_check(tmp_path, expected, "backup", ["primary"]).close()
+    reopen_and_check(tmp_path, expected, "backup", ["primary"], **kw).close()
     expected = build(tmp_path / "b")
     (ckpt_dir(tmp_path / "b") / "cache.ckpt").write_bytes(b"")
-    reopen_and_check(tmp_path / "b", expected, "backup", ["primary: not a checkpoint"]).close()
+    reopen_and_check(
+        tmp_path / "b", expected, "backup", ["primary: not a checkpoint"], **kw
+    ).close()
 
 
-def test_both_garbled_rebuilds_from_the_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kw", [{}, MAPPED], ids=["read", "mapped"])
+def test_both_garbled_rebuilds_from_the_log(tmp_path: Path, kw: dict[str, Any]) -> None:
     expected = build(tmp_path)
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 50)
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt.bak", -3)
-    store = reopen_and_check(tmp_path, expected, "rebuild", ["primary: MAC", "backup: MAC"])
+    store = reopen_and_check(
+        tmp_path, expected, "rebuild", ["primary: MAC", "backup: MAC"], **kw
+    )
     store.close()
+    if kw:
+        return  # a read-only store writes nothing; the rest is about the writer healing
     # closing wrote a good checkpoint again, and dropped the garbled backup
     reopen_and_check(tmp_path, expected, "primary", []).close()
     assert not (ckpt_dir(tmp_path) / "cache.ckpt.bak").exists()
@@ -641,6 +657,55 @@ def test_checkpoint_truncated_while_a_store_is_open_does_not_kill_it(tmp_path: P
     assert (proc.returncode, proc.stdout.strip()) == (0, "same answer"), proc.stderr[-500:]
 
 
+def _recall_all(store: ContextStore) -> list[Any]:
+    return [(h.cache_key, h.score, h.snippet) for h in store.recall("x t u", limit=100)]
+
+
+def test_a_mapped_store_answers_like_a_reading_one(tmp_path: Path) -> None:
+    build(tmp_path)
+    with open_store(tmp_path) as store:
+        store.checkpoint()  # every view at head, recall included
+    with open_store(tmp_path, readonly=True) as read, open_store(tmp_path, **MAPPED) as mapped:
+        assert mapped.list(limit=10**6) == read.list(limit=10**6)
+        assert _recall_all(mapped) == _recall_all(read) != []
+        key = read.list()[0].cache_key
+        assert mapped.get(key) == read.get(key) is not None
+        for name in ("cache", "recall"):
+            assert mapped.runner.view(name).loaded_from == "primary"
+        assert mapped.runner.ckdir.mapped and not read.runner.ckdir.mapped
+
+
+def test_mapped_checkpoint_overwritten_in_place_is_refused_not_served(tmp_path: Path) -> None:
+    """The trade of mapping: a file rewritten in place would change what a mapped
+    store serves; the store notices (size, mtime, ctime) and answers nothing."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    build(a, tag="a")
+    build(b, tag="b")  # same shape, so the same checkpoint size
+    with open_store(a, **MAPPED) as store:
+        before = store.list(limit=10**6)
+        time.sleep(0.05)  # past the file system's timestamp granularity
+        shutil.copyfile(ckpt_dir(b) / "cache.ckpt", ckpt_dir(a) / "cache.ckpt")  # same inode
+        for read in (lambda: store.list(limit=10**6), lambda: store.get(before[0].cache_key),
+                     store.stats, lambda: store.recall("x")):
+            with pytest.raises(LedgerError, match="cache.ckpt .* rewritten in place"):
+                read()
+    with open_store(a, **MAPPED) as store:  # a fresh process sees a checkpoint from b: refused
+        assert store.list(limit=10**6) == before
+
+
+def test_mapped_checkpoint_replaced_by_a_writer_keeps_serving(tmp_path: Path) -> None:
+    """ctxledger replaces checkpoints by rename: a mapping keeps the old file, intact."""
+    build(tmp_path)
+    with open_store(tmp_path, **MAPPED) as reader:
+        reader.list()
+        with open_store(tmp_path) as writer:
+            writer.put({"target": "t", "summary": "later"})
+            writer.checkpoint()
+            want = writer.list(limit=10**6)
+        assert reader.list(limit=10**6) == want  # caught up from the log, no complaint
+        assert reader.runner.ckdir.changed_in_place() == []
+
+
 def test_deleted_checkpoints_rebuild_quietly(tmp_path: Path) -> None:
     expected = build(tmp_path)
     for f in ckpt_dir(tmp_path).iterdir():
@@ -695,18 +760,18 @@ def test_two_writers_creating_the_key_agree_on_it(tmp_path: Path, monkeypatch: A
     cdir.mkdir(parents=True)
     a = CheckpointDir(cdir, readonly=False)
     b = CheckpointDir(cdir, readonly=False)
-    real = ck_mod.secrets.token_bytes
+    real = ck_mod._new_key
     raced: list[bool] = []
 
-    def token_bytes(n: int) -> bytes:
+    def new_key() -> bytes:
         if not raced:  # b found no KEY; a creates one before b writes its own
             raced.append(True)
             a.write("v", 1, 0, b"\0" * 32, b"a")
-        return real(n)
+        return real()
 
-    monkeypatch.setattr(ck_mod.secrets, "token_bytes", token_bytes)
+    monkeypatch.setattr(ck_mod, "_new_key", new_key)
     b.write("w", 1, 0, b"\0" * 32, b"b")
-    monkeypatch.setattr(ck_mod.secrets, "token_bytes", real)
+    monkeypatch.setattr(ck_mod, "_new_key", real)
     a.write("v", 1, 0, b"\0" * 32, b"a2")
     fresh = CheckpointDir(cdir, readonly=True)
     for name in ("v", "w"):
