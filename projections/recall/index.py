@@ -190,7 +190,7 @@ class _Query:
 
     __slots__ = ("terms", "avgdl", "la", "i0", "lo", "hi", "since", "until", "boost",
                  "kind_docs", "rules", "restrict", "task_docs", "ntok", "_barr",
-                 "filter_rules", "matched")
+                 "filter_rules", "matched", "_idf")
 
     def __init__(self) -> None:
         self.matched = True  # rankers report each hit's matched tokens (search needs them)
@@ -202,6 +202,13 @@ class _Query:
         self.restrict: np.ndarray | None = None
         self.task_docs: np.ndarray | None = None
         self._barr: tuple[np.ndarray, np.ndarray] | None = None
+        self._idf: np.ndarray | None = None
+
+    def idf_row(self) -> np.ndarray:
+        """The terms' idf as a row (float64)."""
+        if self._idf is None:
+            self._idf = np.array([t.idf for t in self.terms], dtype=np.float64)
+        return self._idf
 
     def boost_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The boosted docs (sorted) and their total boosts."""
@@ -245,6 +252,8 @@ class RecallIndex:
         self._tnames: list[str] | None = None
         self._tmap: dict[str, int] | None = None
         self._version = 0
+        self._nrmc: tuple[Any, np.ndarray] | None = None
+        self._nrm_last: Any = None
         self._darr: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
         meta = seg["meta"]
         self._keyhex = bool(int(meta[S.M_KEYHEX]))
@@ -658,24 +667,74 @@ class RecallIndex:
                 return self._mv["post_tf"][j]  # type: ignore[no-any-return]
         return 0
 
+    def _tfm(self, q: _Query, D: np.ndarray) -> np.ndarray:
+        """tf matrix (docs x query terms, int64) of sorted docs ``D``.
+
+        The small terms' positions are found with one searchsorted each and then
+        checked and read in one go for all of them (few numpy calls per query).
+        """
+        terms = q.terms
+        S = len(D)
+        tfm = np.zeros((S, len(terms)), dtype=np.int64)
+        if not S or not terms:
+            return tfm
+        nb = self._nb
+        nbase = S if D[-1] < nb else int(np.searchsorted(D, nb))
+        Db = D if nbase == S else D[:nbase]
+        if nbase:
+            pdoc = self._seg["post_doc"]
+            cols: list[int] = []
+            poss: list[np.ndarray] = []
+            ends: list[int] = []
+            for j, t in enumerate(terms):
+                if t.big >= 0:
+                    tfm[:nbase, j] = self._rows[t.big][Db]
+                elif t.e > t.s:
+                    pos = np.searchsorted(pdoc[t.s : t.e], Db)
+                    pos += t.s
+                    cols.append(j)
+                    poss.append(pos)
+                    ends.append(t.e - 1)
+            if cols:
+                P = np.vstack(poss) if len(poss) > 1 else poss[0].reshape(1, -1)
+                np.minimum(P, np.array(ends, dtype=np.int64).reshape(-1, 1), out=P)
+                got = np.where(pdoc[P] == Db, self._seg["post_tf"][P], 0)
+                if len(cols) == len(terms):
+                    tfm[:nbase] = got.T
+                else:
+                    tfm[:nbase, cols] = got.T
+        if nbase < S:
+            Dd = D[nbase:]
+            for j, t in enumerate(terms):
+                if len(t.dd):
+                    k = np.searchsorted(t.dd, Dd)
+                    np.minimum(k, len(t.dd) - 1, out=k)
+                    hit = t.dd[k] == Dd
+                    col = tfm[nbase:, j]
+                    col[hit] = t.dt[k[hit]]
+        return tfm
+
     def _exact_np(self, q: _Query, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Exact scores (BM25 in query-token order, then boosts) and tf matrix of sorted ``D``."""
-        score = np.zeros(len(D), dtype=np.float64)
-        tfm = np.zeros((len(D), len(q.terms)), dtype=np.int64)
-        if len(D):
-            nrm = K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))
-            for j, t in enumerate(q.terms):
-                tf = self._tf_np(t, D)
-                tfm[:, j] = tf
-                f = tf.astype(np.float64)
-                # tf = 0 adds exactly 0.0, so every doc sums its terms in query order
-                score += t.idf * (f * _K1P1) / (f + nrm)
-            if q.boost:
-                bd, bv = q.boost_arrays()
-                j = np.searchsorted(bd, D)
-                np.minimum(j, len(bd) - 1, out=j)
-                hit = bd[j] == D
-                score[hit] += bv[j[hit]]
+        """Exact scores (BM25 in query-token order, then boosts) and tf matrix of sorted ``D``.
+
+        Each doc's sum runs over the terms in query-token order (a running sum
+        along the row: ``cumsum``), a term with tf = 0 adding exactly 0.0 — the
+        same arithmetic as :meth:`_exact_py`, so scores are bit-identical.
+        """
+        tfm = self._tfm(q, D)
+        if len(D) and q.terms:
+            F = tfm.astype(np.float64)
+            nrm = self._nrm(q, D)
+            C = q.idf_row() * (F * _K1P1) / (F + nrm.reshape(-1, 1))
+            score = np.cumsum(C, axis=1)[:, -1].copy()
+        else:
+            score = np.zeros(len(D), dtype=np.float64)
+        if len(D) and q.boost:
+            bd, bv = q.boost_arrays()
+            j = np.searchsorted(bd, D)
+            np.minimum(j, len(bd) - 1, out=j)
+            hit = bd[j] == D
+            score[hit] += bv[j[hit]]
         return score, tfm
 
     def _exact_py(self, q: _Query, d: int) -> tuple[float, list[str]]:
@@ -936,41 +995,63 @@ class RecallIndex:
         return out
 
     def _postings_np(self, q: _Query, ts: list[tuple[int, _Term]], base: bool = True,
-                     delta: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(docs, contributions, term column) of the live-range postings of the terms."""
+                     delta: bool = True) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(docs, contributions, whether docs are sorted and distinct) of the
+        live-range postings of the terms."""
         D: list[np.ndarray] = []
         F: list[np.ndarray] = []
-        lens = []
+        idfs: list[float] = []  # per piece of D
         pdoc, ptf = self._seg["post_doc"], self._seg["post_tf"]
         for _, t in ts:
-            n = 0
             if not base:
                 pass
             elif t.big >= 0:
                 row = self._rows[t.big]
-                d = np.flatnonzero(row[q.i0 :]) + q.i0
+                d = np.flatnonzero(row[q.i0 :])
+                if q.i0:
+                    d += q.i0
                 D.append(d)
                 F.append(row[d])
-                n = len(d)
-            else:
+                idfs.append(t.idf)
+            elif t.e > t.s:
                 D.append(pdoc[t.s : t.e])
                 F.append(ptf[t.s : t.e])
-                n = t.e - t.s
+                idfs.append(t.idf)
             if delta and len(t.dd):
                 D.append(t.dd)
                 F.append(t.dt)
-                n += len(t.dd)
-            lens.append(n)
+                idfs.append(t.idf)
         if not D:
-            return _EMPTY_I, _EMPTY_F, _EMPTY_I
-        docs = np.concatenate(D).astype(np.int64, copy=False) if len(D) > 1 else \
-            D[0].astype(np.int64)
-        tf = (np.concatenate(F) if len(F) > 1 else F[0]).astype(np.float64)
-        lens_a = np.array(lens, dtype=np.int64)
-        idf = np.repeat(np.array([t.idf for _, t in ts]), lens_a)
-        col = np.repeat(np.array([j for j, _ in ts], dtype=np.int64), lens_a)
-        nrm = K1 * (1.0 - B + B * (self._dl[docs] / q.avgdl))
-        return docs, idf * (tf * _K1P1) / (tf + nrm), col
+            return _EMPTY_I, _EMPTY_F, True
+        if len(D) == 1:
+            docs = D[0].astype(np.int64)
+            tf = F[0].astype(np.float64)
+            idf: Any = idfs[0]
+            srt = True
+        else:
+            docs = np.concatenate(D).astype(np.int64, copy=False)
+            tf = np.concatenate(F).astype(np.float64)
+            idf = np.repeat(np.array(idfs), [len(x) for x in D])
+            srt = len(ts) == 1  # base docs, then delta docs (ids past the base)
+        return docs, idf * (tf * _K1P1) / (tf + self._nrm(q, docs)), srt
+
+    def _nrm(self, q: _Query, D: np.ndarray) -> np.ndarray:
+        """``K1·(1 − b + b·dl/avgdl)`` of docs ``D`` (the same arithmetic everywhere).
+
+        When two searches in a row use the same avgdl on an unchanged index, the
+        whole per-doc array is computed once and kept (gathers instead of four
+        array operations per use).
+        """
+        c = self._nrmc
+        key = (q.avgdl, self._version, self._n)
+        if c is not None and c[0] == key:
+            return c[1][D]  # type: ignore[no-any-return]
+        if self._nrm_last == key and self._n:
+            arr = K1 * (1.0 - B + B * (self._dl[: self._n] / q.avgdl))
+            self._nrmc = (key, arr)
+            return arr[D]  # type: ignore[no-any-return]
+        self._nrm_last = key
+        return K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))  # type: ignore[no-any-return]
 
     def _kth(self, part: np.ndarray, valid: np.ndarray | None, k: int) -> float:
         vp = part if valid is None else part[valid]
@@ -1033,8 +1114,8 @@ class RecallIndex:
         return units
 
     def _unit_postings(self, q: _Query, units: list[_Unit]
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(docs, contributions, term column) of the base postings of some units."""
+                       ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(docs, contributions, sorted-distinct flag) of the base postings of some units."""
         full = [(u.j, u.t) for u in units if u.kind == "all"]
         parts = [self._postings_np(q, full, delta=False)] if full else []
         D: list[np.ndarray] = []
@@ -1056,13 +1137,12 @@ class RecallIndex:
             docs = np.concatenate(D).astype(np.int64, copy=False)
             tf = np.concatenate(F)
             col = np.concatenate(J)
-            idf = np.array([t.idf for t in q.terms])[col]
-            nrm = K1 * (1.0 - B + B * (self._dl[docs] / q.avgdl))
-            parts.append((docs, idf * (tf * _K1P1) / (tf + nrm), col))
+            idf = q.idf_row()[col]
+            parts.append((docs, idf * (tf * _K1P1) / (tf + self._nrm(q, docs)), False))
         if len(parts) == 1:
             return parts[0]
         return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
-                np.concatenate([x[2] for x in parts]))
+                False)
 
     def _rank_maxscore(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any]:
         """MaxScore over the terms (rarest first), then exact scores of the survivors.
@@ -1075,14 +1155,13 @@ class RecallIndex:
         terms = q.terms
         remaining = sorted(self._units(q), key=lambda u: u.ub)  # pop(): the best bound
         rem_ub = sum(u.ub for u in remaining)
-        lists: list[tuple[np.ndarray, np.ndarray]] = []
+        lists: list[tuple[np.ndarray, np.ndarray, bool]] = []
         if q.boost:
-            lists.append(q.boost_arrays())
+            lists.append((*q.boost_arrays(), True))
         if any(len(t.dd) for t in terms):
             # delta docs: scored in full up front (no stored bound covers them), so
             # their partial score is exact and the base bounds prune them correctly
-            d, c, _ = self._postings_np(q, list(enumerate(terms)), base=False)
-            lists.append((d, c))
+            lists.append(self._postings_np(q, list(enumerate(terms)), base=False))
         # the cheap units go first, all at once
         batch: list[_Unit] = []
         budget = 2048
@@ -1096,11 +1175,10 @@ class RecallIndex:
         cand, part = _EMPTY_I, _EMPTY_F
         while True:
             if batch:
-                d, c, _ = self._unit_postings(q, batch)
-                lists.append((d, c))
+                lists.append(self._unit_postings(q, batch))
                 batch = []
             if lists:
-                cand, part = _union([(cand, part)] + lists if len(cand) else lists)
+                cand, part = _merge([(cand, part, True)] + lists if len(cand) else lists)
                 lists = []
             valid = self._valid_np(q, cand, exclude)
             theta = self._kth(part, valid, k)
@@ -1129,7 +1207,7 @@ class RecallIndex:
             kinds.setdefault(u.j, set()).add(u.kind)
         todo = sorted(left_by, key=left_by.__getitem__, reverse=True)
         if todo and len(D) > 4 * k + 32:
-            nrm = K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))
+            nrm = self._nrm(q, D)
             left = rem_ub
             while todo and len(D) > 4 * k + 32:
                 j = todo.pop(0)
@@ -1212,29 +1290,51 @@ class RecallIndex:
         seg = self._seg
         ncode = len(self._mv["tg_code"])
         if len(wb) >= 3 and ncode:
-            # a symbol containing w contains every trigram of w: look up a few
-            # spread-out trigrams, intersect the rarest lists, then check the rest
-            n = len(wb) - 2
-            picks = sorted({0, n // 3, (2 * n) // 3, n - 1})
+            # a symbol containing w contains every trigram of w: look up all of
+            # them (a bisect each), start from the rarest list and keep only the
+            # candidates found in the next rarest lists, then check the rest
             code, off = self._mv["tg_code"], self._mv["tg_off"]
-            spans = []
-            for i in picks:
-                c = (wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2]
-                p = bisect_left(code, c)
-                if p == ncode or code[p] != c:
-                    spans = []
-                    break
-                spans.append((off[p + 1] - off[p], p))
+            spans: list[tuple[int, int]] = []
+            if len(wb) > 14:  # many trigrams: one vectorised lookup
+                a = np.frombuffer(wb, dtype=np.uint8).astype(np.uint32)
+                cs = np.unique((a[:-2] << 16) | (a[1:-1] << 8) | a[2:])
+                ps = np.searchsorted(seg["tg_code"], cs)
+                if int(ps[-1]) < ncode and bool((seg["tg_code"][ps] == cs).all()):
+                    offs = seg["tg_off"]
+                    spans = list(zip((offs[ps + 1] - offs[ps]).tolist(), ps.tolist(),
+                                     strict=True))
+            else:
+                for c in {(wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2]
+                          for i in range(len(wb) - 2)}:
+                    p = bisect_left(code, c)
+                    if p == ncode or code[p] != c:
+                        spans = []
+                        break
+                    spans.append((off[p + 1] - off[p], p))
             if spans:
                 spans.sort()
                 tv = self._mv["tg_val"]
                 p = spans[0][1]
-                cands = set(tv[off[p] : off[p + 1]].tolist())
+                cands: Any = seg["tg_val"][off[p] : off[p + 1]]
                 for _, p in spans[1:]:
                     if len(cands) <= 8:
                         break
-                    cands.intersection_update(tv[off[p] : off[p + 1]].tolist())
-                for v in sorted(cands):
+                    s0, e0 = off[p], off[p + 1]
+                    if isinstance(cands, list) or len(cands) <= 24:
+                        keep = []
+                        for v in (cands if isinstance(cands, list) else cands.tolist()):
+                            j = bisect_left(tv, v, s0, e0)
+                            if j < e0 and tv[j] == v:
+                                keep.append(v)
+                        cands = keep
+                    else:  # sorted arrays: vectorised membership
+                        L = seg["tg_val"][s0:e0]
+                        j = np.searchsorted(L, cands)
+                        np.minimum(j, len(L) - 1, out=j)
+                        cands = cands[L[j] == cands]
+                if not isinstance(cands, list):
+                    cands = cands.tolist()
+                for v in sorted(set(cands)):
                     lv = sym_level(self._value_str("sym", v).lower(), w, True)
                     if lv:
                         base.append((v, lv))
@@ -1691,6 +1791,35 @@ def _isin_sorted(D: np.ndarray, R: np.ndarray) -> np.ndarray:
     j = np.searchsorted(R, D)
     np.minimum(j, len(R) - 1, out=j)
     return R[j] == D
+
+
+def _merge(lists: list[tuple[np.ndarray, np.ndarray, bool]]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_union` of (docs, values, sorted and distinct) lists; two sorted lists,
+    one of them short, are merged by binary search instead of a sort.
+
+    Each doc has at most one value per list, so with two lists a sum has at most
+    two terms: the same value in either order.
+    """
+    if len(lists) == 2 and lists[0][2] and lists[1][2]:
+        (ad, av, _), (bd, bv, _) = lists
+        if len(ad) < len(bd):
+            ad, av, bd, bv = bd, bv, ad, av
+        if len(bd) <= 64 and len(ad):
+            ad = ad.astype(np.int64, copy=False)
+            bd = bd.astype(np.int64, copy=False)
+            j = np.searchsorted(ad, bd)
+            jc = np.minimum(j, len(ad) - 1)
+            found = ad[jc] == bd
+            v = av.astype(np.float64)  # a copy
+            bv = bv.astype(np.float64, copy=False)
+            if found.all():
+                v[j] += bv
+                return ad, v
+            v[j[found]] += bv[found]
+            miss = ~found
+            jm = j[miss]
+            return np.insert(ad, jm, bd[miss]), np.insert(v, jm, bv[miss])
+    return _union([(d, v) for d, v, _ in lists])
 
 
 def _union(lists: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
