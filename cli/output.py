@@ -8,13 +8,11 @@ output crash or turn invalid. The wrappers are listed in ``docs/cli.md``.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import math
+import sys
 from collections.abc import Mapping
-from decimal import Decimal
-from fractions import Fraction
 from typing import Any
 from uuid import UUID
 
@@ -60,11 +58,22 @@ def _conv(obj: Any, path: set[int]) -> Any:
             return {"$tag": obj.tag, "value": _conv(obj.value, path)}
         if attrs.has(type(obj)):
             return _conv({f.name: getattr(obj, f.name) for f in attrs.fields(type(obj))}, path)
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            return _conv({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}, path)
+        dc = _loaded("dataclasses")
+        if dc is not None and dc.is_dataclass(obj) and not isinstance(obj, type):
+            return _conv({f.name: getattr(obj, f.name) for f in dc.fields(obj)}, path)
         return _scalar(obj)
     finally:
         path.discard(id(obj))
+
+
+def _loaded(module: str) -> Any:
+    """``module`` if some code imported it, else None.
+
+    An instance of a class means its module is loaded, so the CLI need not
+    import ``decimal``, ``fractions`` or ``dataclasses`` (a few ms of every
+    start) only to learn that a value is none of them.
+    """
+    return sys.modules.get(module)
 
 
 def _scalar(obj: Any) -> Any:
@@ -72,9 +81,10 @@ def _scalar(obj: Any) -> Any:
         return {"$datetime": obj.isoformat()}
     if isinstance(obj, dt.date):
         return {"$date": obj.isoformat()}
-    if isinstance(obj, Decimal):
+    decimal, fractions = _loaded("decimal"), _loaded("fractions")
+    if decimal is not None and isinstance(obj, decimal.Decimal):
         return {"$decimal": str(obj)}
-    if isinstance(obj, Fraction):
+    if fractions is not None and isinstance(obj, fractions.Fraction):
         return {"$fraction": str(obj)}
     if isinstance(obj, UUID):
         return {"$uuid": str(obj)}

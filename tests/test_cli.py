@@ -550,6 +550,23 @@ def test_to_jsonable_handles_cycles_and_objects() -> None:
     assert one_json(dumps({"deep": _nest(395)}))  # as deep as the CBOR decoder allows
 
 
+def test_to_jsonable_of_decimals_fractions_and_dataclasses() -> None:
+    """cli.output does not import these modules itself: a value of theirs still renders."""
+    import dataclasses
+    from decimal import Decimal
+    from fractions import Fraction
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+        y: Decimal
+
+    assert to_jsonable([Decimal("1.10"), Fraction(1, 3), Point(1, Decimal("2"))]) == [
+        {"$decimal": "1.10"}, {"$fraction": "1/3"}, {"x": 1, "y": {"$decimal": "2"}},
+    ]
+    assert to_jsonable(Point)["$repr"].startswith("<class")  # the class itself is no instance
+
+
 def _nest(depth: int) -> Any:
     obj: Any = 0
     for _ in range(depth):

@@ -172,14 +172,37 @@ def test_read_commands_map_checkpoints_and_write_commands_read_them(
 def test_console_entry_keeps_openblas_to_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     from cli.main import main
 
+    def exit_(code: int) -> None:  # main ends with os._exit; keep this test process alive
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", exit_)
     for preset, want in ((None, "1"), ("4", "4")):  # the caller's own setting wins
         if preset is None:
             monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
         else:
             monkeypatch.setenv("OPENBLAS_NUM_THREADS", preset)
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit) as e:
             main(["--version"])
+        assert e.value.code == 0
         assert os.environ["OPENBLAS_NUM_THREADS"] == want
+
+
+def test_console_entry_exit_codes_and_output_in_a_real_process(root: Path) -> None:
+    """main() ends with os._exit: output still flushed, codes as documented."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXLEDGER_")}
+    env["PYTHONPATH"] = str(REPO)
+    ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "cli", *args, "--root", str(root)],
+                              capture_output=True, text=True, env=env, timeout=60)
+
+    p = run("recall", "-q", "auth", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["hits"], p.stderr
+    p = run("store", "get", "--key", "0" * 64)
+    assert (p.returncode, p.stdout) == (1, "") and p.stderr.startswith("error: no live entry")
+    p = run("recall", "--limit", "-1", "-q", "x")
+    assert p.returncode == 2 and p.stderr.startswith("error: ")
 
 
 def test_recall_json_and_usage_errors(root: Path) -> None:
