@@ -258,6 +258,8 @@ MODES: dict[str, dict[str, int]] = {
     "walk-giveup": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, MID_IMPACT_DOCS=1, TINY=1000,
                         DIRECT_MAX=0, WALK_MAX=1),
     "no-direct": dict(TINY=0, DIRECT_MAX=0),
+    "pair": dict(PAIR_MIN=1, TINY=0, DIRECT_MAX=0),
+    "pair-big": dict(PAIR_MIN=1, BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=0, DIRECT_MAX=0),
 }
 
 
@@ -281,6 +283,10 @@ PRUNE_QUERIES = QUERIES + [
     dict(query="common"), dict(query="alpha common gammaRay delta_x io2 beta"),
     dict(query="alpha", target="t2"), dict(query="common beta", since=2.0),
     dict(query="gamma", scope="task-first", task_id="task-2"),
+    # two-term queries (the "docs with both terms" shortcut)
+    dict(query="alpha beta"), dict(query="common beta", target="t1"),
+    dict(query="beta common", live_after=3.0),
+    dict(query="alpha common", scope="task-first", task_id="task-1"),
 ]
 
 

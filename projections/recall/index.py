@@ -62,6 +62,9 @@ TINY = 48
 DIRECT_MAX = 4096
 #: give up walking a big term's impact order after this many skipped docs
 WALK_MAX = 4096
+#: two-term queries whose rarer term is in at least this many docs try the
+#: "docs with both terms" shortcut first
+PAIR_MIN = 512
 
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
@@ -879,7 +882,52 @@ class RecallIndex:
             got = self._rank_tiny(q, k, exclude)
             if got is not None:
                 return got
+        if len(terms) == 2 and min(t.df for t in terms) >= PAIR_MIN:
+            got = self._rank_pair(q, k, exclude)
+            if got is not None:
+                return got
         return self._rank_maxscore(q, k, exclude)
+
+    def _rank_pair(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any] | None:
+        """Two common terms: score the docs having both (and the boosted docs) exactly.
+
+        When the k-th best of those exceeds what either term alone can give
+        (its upper bound), no doc with one term and no boost can enter the top
+        k: the answer is exact.  Otherwise None (the caller runs MaxScore).
+        """
+        a, b = sorted(q.terms, key=attrgetter("df"))
+        if len(a.dd) or len(b.dd) or len(q.boost) > 4096 or a.df > 65536:
+            return None
+        ub = max(a.ub, b.ub)
+        if not ub or min(a.ub, b.ub) < 0.25 * ub:
+            return None
+        pdoc = self._seg["post_doc"]
+        if a.big >= 0:
+            Da = np.flatnonzero(self._rows[a.big][q.i0 :])
+            if q.i0:
+                Da += q.i0
+        else:
+            Da = pdoc[a.s : a.e]
+        if b.big >= 0:
+            both = Da[self._rows[b.big][Da] != 0]
+        else:
+            Pb = pdoc[b.s : b.e]
+            j = np.searchsorted(Pb, Da)
+            np.minimum(j, len(Pb) - 1, out=j)
+            both = Da[Pb[j] == Da]
+        C = both.astype(np.int64)
+        if q.boost:
+            C = np.union1d(C, q.boost_arrays()[0])
+        m = self._valid_np(q, C, exclude)
+        if m is not None:
+            C = C[m]
+        if len(C) < k:
+            return None
+        sc, tfm = self._exact_np(q, C)
+        theta = float(np.partition(sc, len(sc) - k)[len(sc) - k])
+        if theta <= ub + 1e-9 * (1.0 + abs(theta)):
+            return None
+        return self._top_np(q, C, sc, k, tfm)
 
     def _rank_empty(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any]:
         """No query text: the newest valid docs (filters only), score 0."""
@@ -1295,22 +1343,16 @@ class RecallIndex:
             # candidates found in the next rarest lists, then check the rest
             code, off = self._mv["tg_code"], self._mv["tg_off"]
             spans: list[tuple[int, int]] = []
-            if len(wb) > 14:  # many trigrams: one vectorised lookup
-                a = np.frombuffer(wb, dtype=np.uint8).astype(np.uint32)
-                cs = np.unique((a[:-2] << 16) | (a[1:-1] << 8) | a[2:])
-                ps = np.searchsorted(seg["tg_code"], cs)
-                if int(ps[-1]) < ncode and bool((seg["tg_code"][ps] == cs).all()):
-                    offs = seg["tg_off"]
-                    spans = list(zip((offs[ps + 1] - offs[ps]).tolist(), ps.tolist(),
-                                     strict=True))
-            else:
-                for c in {(wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2]
-                          for i in range(len(wb) - 2)}:
-                    p = bisect_left(code, c)
-                    if p == ncode or code[p] != c:
-                        spans = []
-                        break
-                    spans.append((off[p + 1] - off[p], p))
+            # non-overlapping trigrams (and the last one) cover every byte of w;
+            # a few bisects, no numpy call
+            n = len(wb) - 2
+            for i in sorted({*range(0, n, 3), n - 1}):
+                c = (wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2]
+                p = bisect_left(code, c)
+                if p == ncode or code[p] != c:
+                    spans = []
+                    break
+                spans.append((off[p + 1] - off[p], p))
             if spans:
                 spans.sort()
                 tv = self._mv["tg_val"]
