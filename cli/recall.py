@@ -6,10 +6,13 @@ from typing import Any
 
 import click
 
-from projections.recall import SCOPES
-
 from .options import COUNT, Ctx, store_options
 from .views import SEQ_OR_TIME, TIME, open_store
+
+SCOPES = ("global", "task-first", "task-only")
+"""``projections.recall.SCOPES`` (a test keeps them equal), spelled out so that loading
+this command does not import numpy and the recall index: ``store.recall`` imports
+them while the checkpoints are verified on another core."""
 
 
 @click.command("recall")

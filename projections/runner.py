@@ -90,6 +90,13 @@ class Runner:
     def state(self, name: str) -> State:
         return self.view(name).state
 
+    def prefetch(self, names: list[str]) -> None:
+        """Start verifying the checkpoints of views not loaded yet, in the background
+        (``CheckpointDir.prefetch``); loading them later takes the result."""
+        for name in names:
+            if name not in self.views:
+                self.ckdir.prefetch(name)
+
     def load_all(self, progress: Progress | None = None) -> None:
         for name in self.projections:
             self.view(name, progress)

@@ -374,6 +374,11 @@ class ContextStore:
         as_of: int | float | None = None,
     ) -> builtins.list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md)."""
+        if as_of is None:
+            # a cold process: the views' checkpoints are MAC-checked on another core
+            # while this thread imports numpy and the recall index
+            self.runner.prefetch([cache.NAME, RECALL_NAME])
+        from . import recall_view  # noqa: F401
         states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME])
         rstate = cast("RecallState", states[1])
         now = self.clock()
@@ -493,6 +498,7 @@ class ContextStore:
                     self.runner.checkpoint_error = str(e)
         finally:
             self._closed = True
+            self.runner.ckdir.close()
             self.ledger.close()
 
     def __enter__(self) -> ContextStore:

@@ -205,6 +205,13 @@ def test_console_entry_exit_codes_and_output_in_a_real_process(root: Path) -> No
     assert p.returncode == 2 and p.stderr.startswith("error: ")
 
 
+def test_recall_command_scopes_are_the_engines() -> None:
+    import cli.recall
+    import projections.recall
+
+    assert cli.recall.SCOPES == projections.recall.SCOPES
+
+
 def test_recall_json_and_usage_errors(root: Path) -> None:
     ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
     ok_json(

@@ -706,6 +706,47 @@ def test_mapped_checkpoint_replaced_by_a_writer_keeps_serving(tmp_path: Path) ->
         assert reader.runner.ckdir.changed_in_place() == []
 
 
+def _loaded(ckd: CheckpointDir, name: str) -> tuple[list[tuple[str, int]], list[str]]:
+    refused: list[str] = []
+    got = [(ck.source, ck.seq) for ck in ckd.load(name, refused)]
+    return got, refused
+
+
+@pytest.mark.parametrize("mapped", [False, True], ids=["read", "mapped"])
+def test_prefetched_checkpoints_load_as_read_ones(tmp_path: Path, mapped: bool) -> None:
+    build(tmp_path)
+    want = _loaded(CheckpointDir(ckpt_dir(tmp_path), readonly=True), "cache")
+    assert [src for src, _ in want[0]] == ["primary", "backup"]
+    ckd = CheckpointDir(ckpt_dir(tmp_path), readonly=True, mapped=mapped)
+    ckd.prefetch("cache")
+    assert _loaded(ckd, "cache") == want
+    # garbled primary: refused, the backup serves
+    flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 40)
+    ckd.prefetch("cache")
+    got, refused = _loaded(ckd, "cache")
+    assert got == want[0][1:] and refused == ["primary: MAC mismatch"]
+    # a missing primary
+    (ckpt_dir(tmp_path) / "cache.ckpt").unlink()
+    ckd.prefetch("cache")
+    assert _loaded(ckd, "cache") == (want[0][1:], [])
+    # the KEY replaced between prefetch and load: checked with the key of now
+    build(tmp_path / "b")
+    ckd = CheckpointDir(ckpt_dir(tmp_path / "b"), readonly=True, mapped=mapped)
+    ckd.prefetch("cache")
+    (ckpt_dir(tmp_path / "b") / "KEY").write_bytes(b"k" * 32)
+    assert _loaded(ckd, "cache") == ([], ["primary: MAC mismatch", "backup: MAC mismatch"])
+
+
+def test_an_uncollected_prefetch_ends_with_its_store(tmp_path: Path) -> None:
+    import threading
+
+    build(tmp_path)
+    store = open_store(tmp_path, **MAPPED)
+    store.runner.prefetch(["cache", "recall"])
+    store.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("ctxledger-prefetch")]
+
+
 def test_deleted_checkpoints_rebuild_quietly(tmp_path: Path) -> None:
     expected = build(tmp_path)
     for f in ckpt_dir(tmp_path).iterdir():
