@@ -65,6 +65,9 @@ WALK_MAX = 4096
 #: two-term queries whose rarer term is in at least this many docs try the
 #: "docs with both terms" shortcut first
 PAIR_MIN = 512
+#: ... and queries of more terms, when their small terms (but the rarest) have at
+#: most this many postings (and at most 1/8 of it are docs to score)
+MULTI_MAX = 8192
 
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
@@ -886,7 +889,67 @@ class RecallIndex:
             got = self._rank_pair(q, k, exclude)
             if got is not None:
                 return got
+        elif len(terms) > 2 and sdf >= PAIR_MIN:
+            got = self._rank_multi(q, k, exclude)
+            if got is not None:
+                return got
         return self._rank_maxscore(q, k, exclude)
+
+    def _rank_multi(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any] | None:
+        """Several terms: score exactly the docs of the rarest terms, the docs having
+        two or more of the next small terms, and the boosted docs.
+
+        Any other doc has at most one of those next terms (plus the big and the
+        most common small terms, which are not scanned), so its score is at
+        most the largest of their bounds plus the bounds of the terms not
+        scanned.  When the k-th best scored doc beats that, the answer
+        is exact (an identifier's rare whole token and its common parts, a
+        phrase); otherwise None (the caller runs MaxScore).
+        """
+        terms = q.terms
+        if len(q.boost) > 4096 or any(len(t.dd) for t in terms):
+            return None
+        small = sorted((t for t in terms if t.big < 0 and t.e > t.s), key=attrgetter("df"))
+        bound = sum(t.ub for t in terms if t.big >= 0)
+        pdoc = self._seg["post_doc"]
+        full: list[np.ndarray] = []  # docs of the rarest terms, taken whole
+        budget = 256
+        i = 0
+        while i < len(small) and small[i].df <= budget:
+            budget -= small[i].df
+            full.append(pdoc[small[i].s : small[i].e])
+            i += 1
+        rest = small[i:]
+        # the most common small terms are bounded like big terms, not scanned
+        n = 0
+        for j, t in enumerate(rest):
+            n += t.df
+            if n > MULTI_MAX:
+                bound += sum(u.ub for u in rest[j:])
+                rest = rest[:j]
+                break
+        if rest:
+            bound += max(t.ub for t in rest)
+        parts: list[np.ndarray] = [x.astype(np.int64) for x in full]
+        if len(rest) >= 2:
+            D = np.sort(np.concatenate([pdoc[t.s : t.e] for t in rest]), kind="stable")
+            two = D[1:][D[1:] == D[:-1]]
+            parts.append(two.astype(np.int64))
+        if q.boost:
+            parts.append(q.boost_arrays()[0])
+        if not parts:
+            return None
+        C = np.unique(np.concatenate(parts)) if len(parts) > 1 else np.unique(parts[0])
+        m = self._valid_np(q, C, exclude)
+        if m is not None:
+            C = C[m]
+        if len(C) < k or len(C) > MULTI_MAX // 8:
+            return None
+        sc, tfm = self._exact_np(q, C)
+        theta = float(np.partition(sc, len(sc) - k)[len(sc) - k])
+        if theta <= bound + 1e-9 * (1.0 + abs(theta)):
+            return None
+        return self._top_np(q, C, sc, k, tfm)
 
     def _rank_pair(self, q: _Query, k: int, exclude: np.ndarray | None) -> list[Any] | None:
         """Two common terms: score the docs having both (and the boosted docs) exactly.
