@@ -144,3 +144,13 @@ def test_from_packet_ignores_non_string_junk() -> None:
     assert (d.target, d.summary, d.paths, d.symbols, d.tests, d.task_ids, d.packet_types) == (
         "", "", ("a",), ("Sym",), (), ("t-1",), ())
     assert d.created_at == 2.0 and d.est_bytes == 7
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="abAB_1 .·-/:xyzXYZ", max_size=30), max_size=5),
+       st.lists(st.sampled_from(["ab", "a", "b", "xyz", "1", "ab_1", "ba", "x"]), max_size=3))
+def test_snippet_token_hits_fast_path_equals_scan(texts: list[str], wanted: list[str]) -> None:
+    """ASCII text (and the separator's middle dot) takes a substring search: same hits."""
+    from projections.recall.snippet import SEPARATOR, _token_hits, _token_hits_scan
+    text = SEPARATOR.join(texts)
+    assert _token_hits(text, set(wanted)) == _token_hits_scan(text, set(wanted))

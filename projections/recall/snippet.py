@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 from .tokenize import ident_tokens
 
 _IDENT = re.compile(r"\w+")
 SEPARATOR = " · "
+_DOT = "\u00b7"
 
 
 def make_snippet(texts: Iterable[str], matched_tokens: Iterable[str], max_len: int = 240) -> str:
@@ -57,36 +59,38 @@ def make_snippet(texts: Iterable[str], matched_tokens: Iterable[str], max_len: i
 
 def _token_hits(text: str, wanted: set[str]) -> list[tuple[int, int, frozenset[str]]]:
     """(start, end, matched tokens) of every identifier of ``text`` with a wanted token."""
-    if not text.isascii():
-        hits = []
-        for m in _IDENT.finditer(text):
-            toks = wanted.intersection(ident_tokens(m.group()))
-            if toks:
-                hits.append((m.start(), m.end(), frozenset(toks)))
-        return hits
+    # ASCII (the separator's middle dot aside, a non-word char that lowercases to
+    # itself) takes the substring search below; other text scans every identifier
+    if not text.isascii() and not text.replace(_DOT, "|").isascii():
+        return _token_hits_scan(text, wanted)
     # ASCII: lowercasing keeps positions, and a token of an identifier is a
-    # substring of the lowercased identifier, so search for the tokens instead
-    low = text.lower()
-    n = len(low)
-    word = _WORD_CHARS
-    spans: dict[int, tuple[int, frozenset[str]]] = {}
-    for w in wanted:
-        i = low.find(w)
-        while i != -1:
-            s = i
-            while s > 0 and low[s - 1] in word:
-                s -= 1
-            e = i + len(w)
-            while e < n and low[e] in word:
-                e += 1
-            if s not in spans:
-                toks = wanted.intersection(ident_tokens(text[s:e]))
-                spans[s] = (e, frozenset(toks))
-            i = low.find(w, e)
-    return [(s, e, toks) for s, (e, toks) in sorted(spans.items()) if toks]
+    # substring of the lowercased identifier, so one regex finds the identifiers
+    # that contain a wanted token as a substring; those are tokenised
+    hits = []
+    for m in _containing(frozenset(wanted)).finditer(text.lower()):
+        s, e = m.span()
+        toks = wanted.intersection(ident_tokens(text[s:e]))
+        if toks:
+            hits.append((s, e, frozenset(toks)))
+    return hits
 
 
-_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+@lru_cache(maxsize=256)
+def _containing(wanted: frozenset[str]) -> re.Pattern[str]:
+    """Whole ASCII identifiers (starting after a non-word char) containing a token."""
+    alts = "|".join(re.escape(w) for w in sorted(wanted, key=lambda w: (-len(w), w)))
+    return re.compile(r"(?<!\w)\w*?(?:" + alts + r")\w*", re.ASCII)
+
+
+def _token_hits_scan(text: str, wanted: set[str]) -> list[tuple[int, int, frozenset[str]]]:
+    """:func:`_token_hits` for any text: tokenise every identifier."""
+    hits = []
+    for m in _IDENT.finditer(text):
+        toks = wanted.intersection(ident_tokens(m.group()))
+        if toks:
+            hits.append((m.start(), m.end(), frozenset(toks)))
+    return hits
+
 
 
 def _cut(text: str, begin: int, budget: int, max_len: int) -> str:
