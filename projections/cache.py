@@ -2,12 +2,12 @@
 
 The view keeps no packet bodies (the log has them): per entry only the key,
 the seq of its ``cache.put``, its time, target and size. Entries folded from a
-checkpoint sit in flat sorted columns read straight from the memory-mapped
-checkpoint (no parsing, about 60 bytes an entry); entries changed since sit in
-a small dict on top. Compacting merges the two, which is what a checkpoint
-stores. A lookup by key is a binary search in plain Python, so ``store get``
-never imports numpy; bulk work (list, prune, stats, compaction) uses numpy
-views of the same bytes.
+checkpoint sit in flat sorted columns viewed in place in the checkpoint's
+bytes (read into memory, or mapped by the CLI's read commands; no parsing,
+about 60 bytes an entry); entries changed since sit in a small dict on top.
+Compacting merges the two, which is what a checkpoint stores. A lookup by
+key is a binary search in plain Python, so ``store get`` never imports numpy;
+bulk work (list, prune, stats, compaction) uses numpy views of the same bytes.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ class CacheState:
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> CacheState:
-        """Zero-copy: the columns stay views of ``data`` (a memory-mapped checkpoint)."""
+        """Zero-copy: the columns stay views of ``data`` (a checkpoint's bytes, read or mapped)."""
         view = memoryview(data)
         (mlen,) = _LEN.unpack_from(view, 0)
         doc: dict[str, Any] = cbor2.loads(bytes(view[4 : 4 + mlen]))

@@ -71,8 +71,8 @@ class RecallState:
     def to_bytes(self) -> bytes:
         """u32 length, CBOR of the counters, then the index's own bytes, raw.
 
-        Raw so that loading is zero-copy: the index's arrays are read straight
-        from the (memory-mapped) checkpoint.
+        Raw so that loading is zero-copy: the index's arrays are views of the
+        checkpoint's bytes (read into memory, or mapped by the CLI's read commands).
         """
         meta = cbor2.dumps(
             {
