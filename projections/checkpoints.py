@@ -18,10 +18,10 @@ instead (short-lived read-only processes: the CLI's read commands); see
 
 from __future__ import annotations
 
+import _thread
 import mmap
 import os
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,27 +133,32 @@ class CheckpointDir:
                     self._maps.append((path, ident))
                 yield ck
 
-    def prefetch(self, name: str) -> None:
-        """Start reading (or mapping) and MAC-checking the primary of ``name`` in a thread.
+    def prefetch(self, names: list[str]) -> None:
+        """Read (or map) the primaries of ``names`` and MAC-check them on another thread.
 
         :meth:`load` then takes the result instead of doing the work itself. The
         point is overlap: blake3 and file reads release the GIL, so on a second
-        core the ~10 ms MAC of a 200k recall checkpoint runs while the caller
-        imports numpy. The bytes are those of the file when the thread opened it:
-        a checkpoint that was authentic then is as good a starting point as one
-        read a moment later (the watermark is still checked against the log).
+        core the ~12 ms of MACs of a 200k store's checkpoints run while the
+        caller imports numpy. The bytes are those of each file when it was
+        opened: a checkpoint that was authentic then is as good a starting point
+        as one read a moment later (the watermark is still checked against the
+        log), and a result is used only with the KEY it was checked with.
         """
-        if name in self._prefetched:
-            return
-        key = self._load_key(create=False)
-        if key is not None:
-            self._prefetched[name] = _Prefetch(self.path / (name + ".ckpt"), key, self.mapped)
+        names = [n for n in names if n not in self._prefetched]
+        key = self._load_key(create=False) if names else None
+        if key is None:
+            return  # nothing to prefetch, or nothing to verify with: load() will say so
+        jobs = [_Prefetch(self.path / (n + ".ckpt"), key, self.mapped) for n in names]
+        self._prefetched.update(zip(names, jobs, strict=True))
+        # one low-level thread for all: threading.Thread.start would wait until the
+        # new thread runs, which takes ms when the other core is busy
+        _thread.start_new_thread(_Prefetch.run_all, (jobs,))
 
     def close(self) -> None:
-        """Wait for prefetches nobody collected (a thread never outlives its store)."""
+        """Wait for prefetches nobody collected (their thread never outlives the store)."""
         pending, self._prefetched = self._prefetched, {}
         for pre in pending.values():
-            pre.join()
+            pre.wait()
 
     def changed_in_place(self) -> list[str]:
         """Mapped files (``mapped=True``) that were written in place since they were mapped.
@@ -355,48 +360,52 @@ def _mmap(path: Path) -> tuple[memoryview, tuple[int, ...]]:
 
 
 class _Prefetch:
-    """One checkpoint file read (or mapped) and its keyed MAC computed, in a thread.
+    """One checkpoint file read (or mapped) and its keyed MAC computed, on a worker thread.
 
-    A mapping is made right here (a fraction of a ms): the thread then only
-    hashes, which releases the GIL once. Every extra release costs a thread up
-    to a switch interval (5 ms) to get the GIL back from a busy importer.
+    A mapping is made right here, on the caller's thread (a fraction of a ms):
+    the worker then only hashes, which releases the GIL once per file. Every
+    extra release costs a worker up to a switch interval (5 ms) to get the GIL
+    back from a busy importer.
     """
 
     def __init__(self, path: Path, key: bytes, mapped: bool) -> None:
-        self.path, self.key, self.mapped = path, key, mapped
-        self._out: tuple[memoryview, tuple[int, ...] | None, bytes | None] | None = None
+        self.path, self.key = path, key
+        self._raw: memoryview | None = None
+        self._ident: tuple[int, ...] | None = None
+        self._digest: bytes | None = None
         self._error: BaseException | None = None
-        mapping = None
+        self._done = _thread.allocate_lock()
+        self._done.acquire()  # released by the worker when this file is done
         if mapped:
             try:
-                mapping = _mmap(path)
+                self._raw, self._ident = _mmap(path)
             except BaseException as e:  # handed to the caller by result()
                 self._error = e
-        self._thread = threading.Thread(
-            target=self._run, args=(mapping,), name=f"ctxledger-prefetch-{path.name}",
-            daemon=True,
-        )
-        if self._error is None:
-            self._thread.start()
 
-    def _run(self, mapping: tuple[memoryview, tuple[int, ...]] | None) -> None:
-        try:
-            raw, ident = mapping if mapping is not None else (_read(self.path), None)
-            self._out = (raw, ident, _mac(raw, self.key))
-        except BaseException as e:  # handed to the caller by result()
-            self._error = e
+    @staticmethod
+    def run_all(jobs: list[_Prefetch]) -> None:
+        for job in jobs:
+            try:
+                if job._error is None:
+                    if job._raw is None:
+                        job._raw = _read(job.path)
+                    job._digest = _mac(job._raw, job.key)
+            except BaseException as e:  # handed to the caller by result()
+                job._error = e
+            finally:
+                job._done.release()
 
-    def join(self) -> None:
-        if self._thread.is_alive():
-            self._thread.join()
+    def wait(self) -> None:
+        self._done.acquire()
+        self._done.release()
 
     def result(self) -> tuple[memoryview, tuple[int, ...] | None, bytes | None]:
-        """``(bytes, identity if mapped, MAC or None)``; raises what the thread raised."""
-        self.join()
+        """``(bytes, identity if mapped, MAC or None)``; raises what the worker raised."""
+        self.wait()
         if self._error is not None:
             raise self._error
-        assert self._out is not None
-        return self._out
+        assert self._raw is not None
+        return self._raw, self._ident, self._digest
 
 
 def _mac(raw: memoryview, key: bytes) -> bytes | None:

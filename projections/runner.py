@@ -93,9 +93,7 @@ class Runner:
     def prefetch(self, names: list[str]) -> None:
         """Start verifying the checkpoints of views not loaded yet, in the background
         (``CheckpointDir.prefetch``); loading them later takes the result."""
-        for name in names:
-            if name not in self.views:
-                self.ckdir.prefetch(name)
+        self.ckdir.prefetch([n for n in names if n not in self.views])
 
     def load_all(self, progress: Progress | None = None) -> None:
         for name in self.projections:

@@ -718,33 +718,45 @@ def test_prefetched_checkpoints_load_as_read_ones(tmp_path: Path, mapped: bool) 
     want = _loaded(CheckpointDir(ckpt_dir(tmp_path), readonly=True), "cache")
     assert [src for src, _ in want[0]] == ["primary", "backup"]
     ckd = CheckpointDir(ckpt_dir(tmp_path), readonly=True, mapped=mapped)
-    ckd.prefetch("cache")
+    ckd.prefetch(["cache"])
     assert _loaded(ckd, "cache") == want
     # garbled primary: refused, the backup serves
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 40)
-    ckd.prefetch("cache")
+    ckd.prefetch(["cache"])
     got, refused = _loaded(ckd, "cache")
     assert got == want[0][1:] and refused == ["primary: MAC mismatch"]
     # a missing primary
     (ckpt_dir(tmp_path) / "cache.ckpt").unlink()
-    ckd.prefetch("cache")
+    ckd.prefetch(["cache"])
     assert _loaded(ckd, "cache") == (want[0][1:], [])
     # the KEY replaced between prefetch and load: checked with the key of now
     build(tmp_path / "b")
     ckd = CheckpointDir(ckpt_dir(tmp_path / "b"), readonly=True, mapped=mapped)
-    ckd.prefetch("cache")
+    ckd.prefetch(["cache"])
     (ckpt_dir(tmp_path / "b") / "KEY").write_bytes(b"k" * 32)
     assert _loaded(ckd, "cache") == ([], ["primary: MAC mismatch", "backup: MAC mismatch"])
 
 
 def test_an_uncollected_prefetch_ends_with_its_store(tmp_path: Path) -> None:
-    import threading
-
     build(tmp_path)
-    store = open_store(tmp_path, **MAPPED)
-    store.runner.prefetch(["cache", "recall"])
-    store.close()
-    assert not [t for t in threading.enumerate() if t.name.startswith("ctxledger-prefetch")]
+    with open_store(tmp_path) as store:
+        store.checkpoint()
+    for kw in ({"readonly": True}, MAPPED):
+        store = open_store(tmp_path, **kw)
+        store.runner.prefetch(["cache", "recall"])
+        pending = list(store.runner.ckdir._prefetched.values())
+        assert len(pending) == 2
+        store.close()
+        for pre in pending:  # every file done (waited for), none left to collect
+            assert not pre._done.locked()
+        assert store.runner.ckdir._prefetched == {}
+
+
+def test_prefetch_of_a_store_without_checkpoints_or_key_does_nothing(tmp_path: Path) -> None:
+    ckd = CheckpointDir(ckpt_dir(tmp_path), readonly=True, mapped=True)
+    ckd.prefetch(["cache"])  # no directory, no KEY: nothing to verify with
+    assert ckd._prefetched == {}
+    assert _loaded(ckd, "cache") == ([], [])
 
 
 def test_deleted_checkpoints_rebuild_quietly(tmp_path: Path) -> None:
