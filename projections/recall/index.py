@@ -4,12 +4,17 @@
   base is never re-indexed by a put.  The delta is merged into a new base
   (without re-tokenising the base) when it grows past ``max(4096, N/8)``
   docs (or as many removals), and by :meth:`RecallIndex.to_bytes`.
-* ``search`` ranks exactly (scores are the BM25 sum plus boosts, float64) but
-  does not score every posting: terms are taken rarest first and a term whose
-  best possible contribution cannot lift an unseen doc into the top k is only
-  *probed* for the candidates (MaxScore); when a single big term is left, its
-  impact-ordered doc list yields the best remaining docs directly.  Small
-  queries never leave plain Python (no per-call numpy overhead).
+* ``rank`` (the ranking core: ``(cache_key, score)`` pairs) and ``search``
+  (``rank`` + full :class:`RecallHit` objects) rank exactly (scores are the
+  BM25 sum plus boosts, float64) but do not score every posting: two- and
+  multi-term queries first score only the docs that can still win (docs with
+  two or more of the terms, the rarest terms' docs, boosted docs) and keep
+  that answer when no other doc's bound reaches it; otherwise terms are taken
+  rarest first and a term whose best possible contribution cannot lift an
+  unseen doc into the top k is only *probed* for the candidates (MaxScore);
+  when a single big term is left, its impact-ordered doc list yields the best
+  remaining docs directly.  Small queries never leave plain Python (no
+  per-call numpy overhead).
 
 See docs/recall.md for the semantics and the layout.
 """
@@ -842,7 +847,7 @@ class RecallIndex:
         n = len(D)
         if n == 0 or k <= 0:
             return []
-        if n <= 64:
+        if n <= k + 8:
             sel = None
             items = list(zip(sc.tolist(), D.tolist(), range(n), strict=True))
         elif n > k:
