@@ -35,7 +35,7 @@ from eventstore import LedgerError, LedgerIOError
 try:  # constant-time compare without importing hmac/secrets (an OpenSSL load: ms of every start)
     from _operator import _compare_digest
 except ImportError:  # pragma: no cover - not CPython
-    from hmac import compare_digest as _compare_digest
+    from hmac import compare_digest as _compare_digest  # type: ignore[no-redef]
 
 MAGIC = b"CTXLCKP1"
 MAC_SIZE = 32
