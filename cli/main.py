@@ -233,8 +233,9 @@ ENV_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
 """Set by :func:`main` unless the caller set them, before anything imports numpy.
 
 numpy's OpenBLAS starts a thread pool per core when numpy is imported and
-stops it at exit; ctxledger does no linear algebra, and on this 2-core machine
-the pool cost a cold ``recall`` 5-100 ms (the most when the machine is busy)."""
+stops it at exit; ctxledger does no linear algebra. On this 2-core machine,
+busy, ``python -c "import numpy"`` took 150-220 ms with the pool and 75-100 ms
+without (docs/architecture.md, "Cold start")."""
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
