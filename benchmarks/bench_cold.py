@@ -149,6 +149,18 @@ def code_of(py: str, cwd: Path) -> str:
     return str(Path(out.stdout.strip()).parent.parent) if out.returncode == 0 else "unknown"
 
 
+def same_code(installed: str) -> bool:
+    """Whether the installed packages' sources equal this checkout's."""
+    def digest(root: Path) -> list[tuple[str, bytes]]:
+        return sorted((str(f.relative_to(root)), f.read_bytes())
+                      for pkg in ("cli", "eventstore", "projections")
+                      for f in (root / pkg).rglob("*.py"))
+    try:
+        return digest(Path(installed)) == digest(REPO)
+    except OSError:
+        return False
+
+
 # --- timed runs ---------------------------------------------------------------------
 
 
@@ -410,8 +422,10 @@ def main(argv: list[str] | None = None) -> int:
     root = ensure_store(workdir, args.packets)
     keys = sample_keys(root, 64)
     code = code_of(exe_python(exe), root)
-    if Path(code).resolve() != REPO:
-        log(f"note: {exe} runs the code installed at {code}, not this checkout ({REPO})")
+    same = same_code(code)
+    if not same:
+        log(f"WARNING: {exe} runs the code at {code}, which differs from this checkout "
+            f"({REPO}): reinstall (pip install --force-reinstall .) to time this code")
     import numpy
 
     from benchmarks.bench_cache import _code_version
@@ -427,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "numpy": numpy.__version__,
         },
-        "code": f"{_code_version()}, run from {code} via {exe}",
+        "code": f"{_code_version()}, run from {code} via {exe}"
+        + ("" if same else " (which DIFFERS from the checkout)"),
         "bytes": {n: (ck / f"{n}.ckpt").stat().st_size for n in ("cache", "recall")},
         "load_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
