@@ -260,6 +260,8 @@ MODES: dict[str, dict[str, int]] = {
     "no-direct": dict(TINY=0, DIRECT_MAX=0),
     "pair": dict(PAIR_MIN=1, TINY=0, DIRECT_MAX=0),
     "pair-big": dict(PAIR_MIN=1, BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=0, DIRECT_MAX=0),
+    "dense-probe": dict(DENSE_PROBE=0, PAIR_MIN=10**9, BATCH=0, TINY=0, DIRECT_MAX=0),
+    "probe": dict(PAIR_MIN=10**9, BATCH=0, TINY=0, DIRECT_MAX=0),
 }
 
 
@@ -402,3 +404,42 @@ def test_symbol_partial_matches_equal_a_scan(symbols: list[str], word: str) -> N
                     if sym_level(s.lower(), w.lower(), partial)}
             hits = idx.search(word, limit=100)
             assert {h.cache_key for h in hits if "symbol_match" in h.match_reasons} == want
+
+
+def test_pruning_on_a_larger_corpus_equals_unpruned() -> None:
+    """Probes, dense probes, the pair/multi shortcuts and walks only act on
+    corpora larger than a few dozen docs: a seeded 600-doc corpus, small limits
+    against an unpruned answer (limit above the corpus size)."""
+    import random
+    rng = random.Random(7)
+    vocab = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "rareWordX"]
+    vocab += [f"w{i}" for i in range(40)]
+    docs = []
+    for i in range(600):
+        head = vocab[: rng.randint(3, len(vocab))]
+        words = [rng.choice(head) for _ in range(rng.randint(1, 14))]
+        docs.append(doc(f"k{i:03d}", " ".join(words), float(i % 97),
+                        target="t1" if i % 3 else "t2",
+                        symbols=("AlphaBeta",) if i % 50 == 0 else (),
+                        tasks=("task-1",) if i % 7 == 0 else ()))
+    queries = [dict(query="alpha beta"), dict(query="alpha beta gamma"),
+               dict(query="w1 w2 alpha"), dict(query="theta"), dict(query="rareWordX w3"),
+               dict(query="alpha w3 w4 w5 beta eta"), dict(query="AlphaBeta gamma delta"),
+               dict(query="beta gamma", target="t2"), dict(query="eps zeta", live_after=30.0),
+               dict(query="alpha delta w7", scope="task-first", task_id="task-1")]
+    base = RecallIndex.build(docs)
+    want = {i: base.rank(limit=1000, **q) for i, q in enumerate(queries)}  # type: ignore[arg-type]
+    for mode in ("dense-probe", "probe", "pair", "pair-big", "no-direct", "big-terms",
+                 "walk-mid"):
+        with thresholds(**MODES[mode]):
+            idx = RecallIndex.build(docs)
+            half = RecallIndex.build(docs[:500])
+            for d in docs[500:]:
+                half.add(d)  # base + delta
+            for ix in (idx, half):
+                for i, q in enumerate(queries):
+                    for limit in (1, 3, 10):
+                        got = ix.rank(limit=limit, **q)  # type: ignore[arg-type]
+                        assert [k for k, _ in got] == [k for k, _ in want[i][:limit]], (mode, q)
+                        assert [s for _, s in got] == pytest.approx(
+                            [s for _, s in want[i][:limit]], rel=1e-12, abs=1e-12)

@@ -71,8 +71,15 @@ WALK_MAX = 4096
 #: "docs with both terms" shortcut first
 PAIR_MIN = 512
 #: ... and queries of more terms, when their small terms (but the rarest) have at
-#: most this many postings (and at most 1/8 of it are docs to score)
+#: most this many postings (and at most 1/16 of it are docs to score)
 MULTI_MAX = 8192
+#: neither shortcut when more docs than this got a structured boost (a path
+#: query's many files): MaxScore starts from those docs instead
+SHORTCUT_BOOSTS = 256
+#: probing a small term for more docs than this scatters its tf's into a dense row
+DENSE_PROBE = 512
+#: MaxScore scans the rarest units together up to this many postings
+BATCH = 2048
 
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
@@ -647,6 +654,17 @@ class RecallIndex:
             out = np.zeros(len(D), dtype=np.int64)
             inb = D < nb
             out[inb] = self._rows[t.big][D[inb]]
+        elif len(D) > DENSE_PROBE and t.e - t.s > DENSE_PROBE // 8:
+            # many docs: scatter the term's tf's into a dense row, then gather
+            ptf = self._seg["post_tf"]
+            dense = np.zeros(nb, dtype=ptf.dtype)
+            dense[self._seg["post_doc"][t.s : t.e]] = ptf[t.s : t.e]
+            if int(D[-1]) < nb:
+                out = dense[D].astype(np.int64)
+            else:
+                out = np.zeros(len(D), dtype=np.int64)
+                inb = D < nb
+                out[inb] = dense[D[inb]]
         else:
             out = np.zeros(len(D), dtype=np.int64)
             if t.e > t.s and len(D):
@@ -912,7 +930,7 @@ class RecallIndex:
         phrase); otherwise None (the caller runs MaxScore).
         """
         terms = q.terms
-        if len(q.boost) > 4096 or any(len(t.dd) for t in terms):
+        if len(q.boost) > SHORTCUT_BOOSTS or any(len(t.dd) for t in terms):
             return None
         small = sorted((t for t in terms if t.big < 0 and t.e > t.s), key=attrgetter("df"))
         bound = sum(t.ub for t in terms if t.big >= 0)
@@ -948,7 +966,7 @@ class RecallIndex:
         m = self._valid_np(q, C, exclude)
         if m is not None:
             C = C[m]
-        if len(C) < k or len(C) > MULTI_MAX // 8:
+        if len(C) < k or len(C) > MULTI_MAX // 16:
             return None
         sc, tfm = self._exact_np(q, C)
         theta = float(np.partition(sc, len(sc) - k)[len(sc) - k])
@@ -964,7 +982,7 @@ class RecallIndex:
         k: the answer is exact.  Otherwise None (the caller runs MaxScore).
         """
         a, b = sorted(q.terms, key=attrgetter("df"))
-        if len(a.dd) or len(b.dd) or len(q.boost) > 4096 or a.df > 65536:
+        if len(a.dd) or len(b.dd) or len(q.boost) > SHORTCUT_BOOSTS or a.df > 65536:
             return None
         ub = max(a.ub, b.ub)
         if not ub or min(a.ub, b.ub) < 0.25 * ub:
@@ -979,10 +997,11 @@ class RecallIndex:
         if b.big >= 0:
             both = Da[self._rows[b.big][Da] != 0]
         else:
-            Pb = pdoc[b.s : b.e]
-            j = np.searchsorted(Pb, Da)
-            np.minimum(j, len(Pb) - 1, out=j)
-            both = Da[Pb[j] == Da]
+            # a bitmap of the other term's docs: three linear passes beat a
+            # binary search per doc
+            mark = np.zeros(self._nb, dtype=np.bool_)
+            mark[pdoc[b.s : b.e]] = True
+            both = Da[mark[Da]]
         C = both.astype(np.int64)
         if q.boost:
             C = np.union1d(C, q.boost_arrays()[0])
@@ -1280,7 +1299,7 @@ class RecallIndex:
             lists.append(self._postings_np(q, list(enumerate(terms)), base=False))
         # the cheap units go first, all at once
         batch: list[_Unit] = []
-        budget = 2048
+        budget = BATCH
         while remaining and remaining[-1].t.big < 0 and (
                 remaining[-1].n <= budget or not (batch or lists)):
             u = remaining.pop()
