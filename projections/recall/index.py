@@ -669,12 +669,12 @@ class RecallIndex:
             out = np.zeros(len(D), dtype=np.int64)
             if t.e > t.s and len(D):
                 P = self._seg["post_doc"][t.s : t.e]
-                j = np.searchsorted(P, D)
+                j = P.searchsorted(D)
                 np.minimum(j, len(P) - 1, out=j)
                 hit = P[j] == D
                 out[hit] = self._seg["post_tf"][t.s + j[hit]]
         if delta and len(t.dd) and len(D):
-            j = np.searchsorted(t.dd, D)
+            j = t.dd.searchsorted(D)
             np.minimum(j, len(t.dd) - 1, out=j)
             hit = t.dd[j] == D
             out[hit] = t.dt[j[hit]]
@@ -708,25 +708,26 @@ class RecallIndex:
         if not S or not terms:
             return tfm
         nb = self._nb
-        nbase = S if D[-1] < nb else int(np.searchsorted(D, nb))
+        nbase = S if D[-1] < nb else int(D.searchsorted(nb))
         Db = D if nbase == S else D[:nbase]
         if nbase:
             pdoc = self._seg["post_doc"]
             cols: list[int] = []
-            poss: list[np.ndarray] = []
-            ends: list[int] = []
+            small: list[_Term] = []
             for j, t in enumerate(terms):
                 if t.big >= 0:
                     tfm[:nbase, j] = self._rows[t.big][Db]
                 elif t.e > t.s:
-                    pos = np.searchsorted(pdoc[t.s : t.e], Db)
-                    pos += t.s
                     cols.append(j)
-                    poss.append(pos)
-                    ends.append(t.e - 1)
+                    small.append(t)
             if cols:
-                P = np.vstack(poss) if len(poss) > 1 else poss[0].reshape(1, -1)
-                np.minimum(P, np.array(ends, dtype=np.int64).reshape(-1, 1), out=P)
+                P = np.empty((len(cols), nbase), dtype=np.int64)
+                ends = np.empty((len(cols), 1), dtype=np.int64)
+                for i, t in enumerate(small):
+                    P[i] = pdoc[t.s : t.e].searchsorted(Db)
+                    P[i] += t.s
+                    ends[i, 0] = t.e - 1
+                np.minimum(P, ends, out=P)
                 got = np.where(pdoc[P] == Db, self._seg["post_tf"][P], 0)
                 if len(cols) == len(terms):
                     tfm[:nbase] = got.T
@@ -736,7 +737,7 @@ class RecallIndex:
             Dd = D[nbase:]
             for j, t in enumerate(terms):
                 if len(t.dd):
-                    k = np.searchsorted(t.dd, Dd)
+                    k = t.dd.searchsorted(Dd)
                     np.minimum(k, len(t.dd) - 1, out=k)
                     hit = t.dd[k] == Dd
                     col = tfm[nbase:, j]
@@ -760,7 +761,7 @@ class RecallIndex:
             score = np.zeros(len(D), dtype=np.float64)
         if len(D) and q.boost:
             bd, bv = q.boost_arrays()
-            j = np.searchsorted(bd, D)
+            j = bd.searchsorted(D)
             np.minimum(j, len(bd) - 1, out=j)
             hit = bd[j] == D
             score[hit] += bv[j[hit]]
@@ -962,7 +963,7 @@ class RecallIndex:
             parts.append(q.boost_arrays()[0])
         if not parts:
             return None
-        C = np.unique(np.concatenate(parts)) if len(parts) > 1 else np.unique(parts[0])
+        C = _sorted_unique(np.concatenate(parts) if len(parts) > 1 else parts[0])
         m = self._valid_np(q, C, exclude)
         if m is not None:
             C = C[m]
@@ -1004,7 +1005,7 @@ class RecallIndex:
             both = Da[mark[Da]]
         C = both.astype(np.int64)
         if q.boost:
-            C = np.union1d(C, q.boost_arrays()[0])
+            C = _sorted_unique(np.concatenate((C, q.boost_arrays()[0])))
         m = self._valid_np(q, C, exclude)
         if m is not None:
             C = C[m]
@@ -1907,6 +1908,18 @@ class _Member:
         return bool(self.m[d])
 
 
+def _sorted_unique(x: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of an int array (``np.unique`` without its Python layers)."""
+    x = x.astype(np.int64)  # a copy, sorted in place
+    if len(x) < 2:
+        return x
+    x.sort()
+    keep = np.empty(len(x), dtype=np.bool_)
+    keep[0] = True
+    np.not_equal(x[1:], x[:-1], out=keep[1:])
+    return x[keep]
+
+
 def _uniq(docs: list[int]) -> np.ndarray:
     if not docs:
         return _EMPTY_I
@@ -1917,7 +1930,7 @@ def _isin_sorted(D: np.ndarray, R: np.ndarray) -> np.ndarray:
     """Mask of ``D`` entries present in sorted unique ``R``."""
     if not len(R) or not len(D):
         return np.zeros(len(D), dtype=bool)
-    j = np.searchsorted(R, D)
+    j = R.searchsorted(D)
     np.minimum(j, len(R) - 1, out=j)
     return R[j] == D
 
@@ -1936,7 +1949,7 @@ def _merge(lists: list[tuple[np.ndarray, np.ndarray, bool]]) -> tuple[np.ndarray
         if len(bd) <= 64 and len(ad):
             ad = ad.astype(np.int64, copy=False)
             bd = bd.astype(np.int64, copy=False)
-            j = np.searchsorted(ad, bd)
+            j = ad.searchsorted(bd)
             jc = np.minimum(j, len(ad) - 1)
             found = ad[jc] == bd
             v = av.astype(np.float64)  # a copy
