@@ -1536,7 +1536,7 @@ class RecallIndex:
         if len(wl) < 2:
             return
         ids, dv = self._table_exact("sym", wl)
-        exact_docs = self._value_docs("sym", ids, dv)
+        exact_docs = self._value_docs("sym", ids, dv) if ids or dv else None
         partial = partial_symbol_ok(w) and not path_hit
         q.rules.append(("sym", wl, 1 if partial else 0))
         if exact_docs:
