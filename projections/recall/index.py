@@ -1370,7 +1370,7 @@ class RecallIndex:
         if walked is None:
             # too much skipping: score the tail term in full
             j = tail.j
-            cand = np.unique(np.concatenate((cand, self._postings_np(q, [(j, terms[j])])[0])))
+            cand = _sorted_unique(np.concatenate((cand, self._postings_np(q, [(j, terms[j])])[0])))
             valid = self._valid_np(q, cand, exclude)
             if valid is not None:
                 cand = cand[valid]
@@ -1908,9 +1908,11 @@ class _Member:
         return bool(self.m[d])
 
 
-def _sorted_unique(x: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of an int array (``np.unique`` without its Python layers)."""
-    x = x.astype(np.int64)  # a copy, sorted in place
+def _sorted_unique(x: np.ndarray, copy: bool = True) -> np.ndarray:
+    """Sorted distinct values of an int array: ``np.unique`` without its Python layers
+    (numpy 2.4's ``np.unique`` imports ``numpy.ma`` on first use, ~14 ms cold).
+    ``copy=False``: ``x`` is int64 and the caller's own, sorted in place."""
+    x = x.astype(np.int64, copy=copy)  # sorted in place
     if len(x) < 2:
         return x
     x.sort()
@@ -1923,7 +1925,7 @@ def _sorted_unique(x: np.ndarray) -> np.ndarray:
 def _uniq(docs: list[int]) -> np.ndarray:
     if not docs:
         return _EMPTY_I
-    return np.unique(np.array(docs, dtype=np.int64))
+    return _sorted_unique(np.array(docs, dtype=np.int64), copy=False)
 
 
 def _isin_sorted(D: np.ndarray, R: np.ndarray) -> np.ndarray:
