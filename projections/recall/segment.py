@@ -220,8 +220,7 @@ def build_hash(items: Sequence[bytes]) -> np.ndarray:
         empty = table[pos] == -1
         idx = np.flatnonzero(empty)
         if len(idx):
-            cpos = pos[idx]
-            u, first = np.unique(cpos, return_index=True)
+            u, first = _first_of_each(pos[idx])
             winners = idx[first]
             table[u] = pending[winners]
             placed = np.zeros(len(pending), dtype=bool)
@@ -231,6 +230,20 @@ def build_hash(items: Sequence[bytes]) -> np.ndarray:
             pos = pos[keep]
         pos = (pos + 1) & mask
     return table
+
+
+def _first_of_each(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values of ``x`` (ints in [0, 2**32)) and the index of each one's
+    first occurrence: ``np.unique(x, return_index=True)`` with one plain sort of
+    ``value << 32 | index`` (no stable argsort)."""
+    key = (x.astype(np.uint64) << np.uint64(32)) | np.arange(len(x), dtype=np.uint64)
+    key.sort()
+    hi = key >> np.uint64(32)
+    first = np.empty(len(key), dtype=bool)
+    first[:1] = True
+    np.not_equal(hi[1:], hi[:-1], out=first[1:])
+    key = key[first]
+    return (key >> np.uint64(32)).view(I64), (key & np.uint64(0xFFFFFFFF)).view(I64)
 
 
 def sort_pairs(a: np.ndarray, b: np.ndarray, dedupe: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -441,7 +454,7 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         keys = [allk[i] for i in kept.tolist()]
     created[nk:] = np.fromiter(map(attrgetter("created_at"), docs), dtype=np.float64, count=nd)
     keys.extend(map(attrgetter("cache_key"), docs))
-    order = np.argsort(created, kind="stable")
+    order = np.argsort(created)  # ties (any) are re-sorted by key below
     cs = created[order]
     if n > 1 and bool((cs[1:] == cs[:-1]).any()):
         # equal timestamps: the larger cache_key gets the smaller id
@@ -495,7 +508,8 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     tgt = tgt[order]
     seg["tgt"] = tgt.astype(uint_dtype(len(tnames)))
     seg["tgt_blob"], seg["tgt_off"] = strings_blob([enc(t) for t in tnames])
-    tord = np.argsort(tgt, kind="stable")
+    tord = (np.sort((tgt.astype(np.uint64) << np.uint64(32)) | np.arange(n, dtype=np.uint64))
+            & np.uint64(0xFFFFFFFF)).view(I64)  # docs by (target, id)
     seg["tgtd_off"] = offsets(np.bincount(tgt, minlength=len(tnames)) if n else
                               np.zeros(len(tnames), I64))
     seg["tgtd_doc"] = tord.astype(I32)
@@ -691,7 +705,7 @@ def _impact_order(owner: np.ndarray | None, tf: np.ndarray, dl: np.ndarray,
         key |= (np.uint64((1 << bits[2]) - 1) - doc.astype(np.uint64))
         if owner is not None:
             key |= owner.astype(np.uint64) << np.uint64(sum(bits))
-        return np.argsort(key, kind="stable")
+        return np.argsort(key)  # distinct keys (a doc is in a term once): no stable sort
     keys = (-doc, dl, tf) if owner is None else (-doc, dl, tf, owner)
     return np.lexsort(keys)
 
