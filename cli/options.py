@@ -119,6 +119,13 @@ class Ctx:
         raise click.exceptions.Exit(code)
 
 
+def read_stdin_bytes() -> bytes:
+    """All of stdin as bytes (click 8.5 deprecates ``get_binary_stream``)."""
+    stream = getattr(sys.stdin, "buffer", sys.stdin)
+    data = stream.read()
+    return data.encode() if isinstance(data, str) else data
+
+
 def resolve_root(root: Path | None) -> Path:
     """``--root``, else ``$CTXLEDGER_ROOT``, else the current directory; made absolute."""
     if root is None:
@@ -177,7 +184,7 @@ class JsonObject(click.ParamType):
         self, value: str, param: click.Parameter | None, ctx: click.Context | None
     ) -> str | bytes:
         if value == "-":
-            return click.get_binary_stream("stdin").read()
+            return read_stdin_bytes()
         if value.startswith("@"):
             path = value[1:]
             try:

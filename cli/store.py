@@ -8,7 +8,7 @@ import click
 
 from projections import parse_packet_json
 
-from .options import COUNT, Ctx, store_options
+from .options import COUNT, Ctx, read_stdin_bytes, store_options
 from .views import SEQ_OR_TIME, TIME, iso, open_store
 
 
@@ -26,7 +26,7 @@ def store_put(ctx: Ctx, source: str) -> None:
     Prints the packet's cache_key (blake3 of its canonical encoding) and the seq
     of the event that stored it. Putting the same packet again refreshes it.
     """
-    raw = click.get_binary_stream("stdin").read() if source == "-" else _read(source)
+    raw = read_stdin_bytes() if source == "-" else _read(source)
     packet = parse_packet_json(raw)
     r = open_store(ctx, write=True).put(packet)  # type: ignore[arg-type]
     ctx.emit(r.to_json(), human=f"{r.cache_key} (seq {r.seq})")
