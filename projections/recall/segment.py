@@ -23,14 +23,17 @@ import json
 import re
 import struct
 import zlib
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
+from itertools import count as _count
 from operator import attrgetter, methodcaller
 from typing import Any
 
 import blake3
 import numpy as np
 
+from .tokenize import _CACHE as _TOKCACHE
 from .tokenize import _IDENT, ident_tokens
 from .types import RecallDoc
 
@@ -259,12 +262,18 @@ def sort_pairs(a: np.ndarray, b: np.ndarray, dedupe: bool = True) -> tuple[np.nd
     return (key >> np.uint64(32)).astype(I64), (key & np.uint64(0xFFFFFFFF)).astype(I64)
 
 
-class _AutoIds(dict):  # type: ignore[type-arg]
-    """value -> dense id, numbering new values on first sight."""
+class _AutoIds(defaultdict):  # type: ignore[type-arg]
+    """value -> dense id, numbering new values on first sight (ids 0, 1, ... in
+    insertion order, also after ``items`` given here).
 
-    def __missing__(self, key: Any) -> int:
-        i = self[key] = len(self)
-        return i
+    A ``defaultdict`` whose factory is a C counter: a new value costs no Python
+    call (hundreds of thousands of them in a bulk build).  Add entries only by
+    lookup after construction.
+    """
+
+    def __init__(self, items: Iterable[tuple[Any, int]] = ()) -> None:
+        super().__init__(None, items)
+        self.default_factory = _count(len(self)).__next__
 
 
 # ---------------------------------------------------------------- tokens of new docs
@@ -306,23 +315,28 @@ def doc_texts(d: RecallDoc) -> tuple[str, ...]:
     return (d.summary, *d.paths, *d.symbols, *d.tests, *d.payload_text)
 
 
-# joins distinct texts for one regex pass; a chunk with a text that contains it is
-# tokenised text by text
-_SENTINEL = "\u01c2\u01c2\u01c2"
+# joins distinct texts for one pass; a chunk with a text that contains it is
+# tokenised text by text.  ASCII, so that an ASCII chunk stays one byte a character
+# and is split with bytes.translate + bytes.split (same words as \w+ on ASCII text)
+_SENTINEL = "qzxjq0textsep0qjxzq"
+_SENTINEL_B = _SENTINEL.encode("ascii")
 _JOIN = " " + _SENTINEL + " "
 _SENT_ALIAS = "\x00" + _SENTINEL  # never a word: stands for a real word equal to _SENTINEL
 _CHUNK = 20000
+#: ASCII letters, digits and "_" (what \w+ matches in ASCII text) kept, any other byte -> " "
+_ASCII_WORDS = bytes(c if (c < 128 and (chr(c).isalnum() or c == 95)) else 32
+                     for c in range(256))
 
 
 def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.ndarray]:
     """Term ids of every text, concatenated, and each text's token count.
 
     Words are numbered (one dict lookup each) and each distinct word is split
-    into tokens once; the token streams are then gathered with numpy.
+    into tokens once; the token streams are then gathered with numpy.  Words of
+    an ASCII chunk are bytes (word ids 0 and 1 are the separators), others str.
     """
     findall = _IDENT.findall
-    words = _AutoIds()
-    words[_SENTINEL] = 0  # word id 0 separates texts
+    words = _AutoIds(((_SENTINEL, 0), (_SENTINEL_B, 1)))  # ids 0, 1: text separators
     wget = words.__getitem__
     parts: list[np.ndarray] = []
     def real(w: str) -> int:  # a text's own word that equals the separator
@@ -335,7 +349,8 @@ def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.n
         if parts:
             parts.append(sep1)
         if big.count(_SENTINEL) == len(part) - 1:
-            ws = findall(big)
+            ws = (big.encode("ascii").translate(_ASCII_WORDS).split() if big.isascii()
+                  else findall(big))
             parts.append(np.fromiter(map(wget, ws), dtype=I64, count=len(ws)))
             continue
         for i, t in enumerate(part):
@@ -346,15 +361,20 @@ def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.n
     if not parts:
         return np.zeros(0, I32), np.zeros(0, I64)
     W = np.concatenate(parts)
-    tget = term_ids.__getitem__
-    wl = list(words)
-    wtok = [()] + [tuple(map(tget, ident_tokens(_SENTINEL if w == _SENT_ALIAS else w)))
-                   for w in wl[1:]]
-    wlen = np.fromiter(map(len, wtok), dtype=I64, count=len(wtok))
-    wflat = np.fromiter(chain.from_iterable(wtok), dtype=I32, count=int(wlen.sum()))
+    # each distinct word's tokens (the tokenizer's cache read at C speed), then term ids
+    wl = [w if type(w) is str else w.decode("ascii") for w in words]
+    wl[0] = wl[1] = ""
+    wtok: list[tuple[str, ...] | None] = list(map(_TOKCACHE.get, wl))
+    for i, t in enumerate(wtok):
+        if t is None:
+            w = wl[i]
+            wtok[i] = ident_tokens(_SENTINEL if w == _SENT_ALIAS else w)
+    wlen = np.fromiter(map(len, wtok), dtype=I64, count=len(wtok))  # type: ignore[arg-type]
+    wflat = np.fromiter(map(term_ids.__getitem__, chain.from_iterable(wtok)),  # type: ignore[arg-type]
+                        dtype=I32, count=int(wlen.sum()))
     woff = np.zeros(len(wtok) + 1, dtype=I64)
     np.cumsum(wlen, out=woff[1:])
-    sep = W == 0
+    sep = W <= 1
     text_of = np.cumsum(sep)
     text_len = np.bincount(text_of, weights=wlen[W], minlength=len(texts)).astype(I64)
     return gather_ranges(woff, wflat, W[~sep]), text_len
@@ -536,13 +556,12 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     _assemble_tables(seg, meta, base, kept, old2new, new, new_ids, order, n)
 
     # ---- postings
-    term_ids = _AutoIds()
     base_terms: list[bytes] = []
     if base is not None:
         tb = base["term_blob"].tobytes()
         toff = base["term_off"].tolist()
         base_terms = [tb[toff[i] : toff[i + 1]] for i in range(len(toff) - 1)]
-        term_ids.update((dec(t), i) for i, t in enumerate(base_terms))
+    term_ids = _AutoIds((dec(t), i) for i, t in enumerate(base_terms))
     nbt = len(term_ids)
     ntid, ndoc, ntf, ndl = tokenize_docs(new, term_ids)
     all_terms = base_terms + _encode_all(list(term_ids)[nbt:])
