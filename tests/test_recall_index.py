@@ -341,24 +341,30 @@ def test_big_term_walk_known_answer() -> None:
         assert keys(idx.search("word", limit=2, live_after=2.0)) == ["k3", "k7"]
 
 
-def test_bulk_build_texts_with_the_internal_separator_word() -> None:
-    """The bulk tokenizer joins texts with a separator word; texts containing it still work."""
+@pytest.mark.parametrize("sep", ["ǂǂǂ", "SEP"])
+def test_bulk_build_texts_with_the_internal_separator_word(sep: str) -> None:
+    """The bulk tokenizer joins texts with a separator word; texts containing it still work
+    (in ASCII chunks, split as bytes, and in non-ASCII ones)."""
     from projections.recall import segment as segment_mod
-    docs = [doc("a", "x ǂǂǂ y", 1.0, payload=("aǂǂǂ", "")), doc("b", "ǂǂǂ", 2.0),
-            doc("c", "plain ǂǂǂǂ", 3.0), doc("d", "", 4.0, payload=("ǂǂǂ ǂǂǂ",))]
-    saved = segment_mod._CHUNK
-    segment_mod._CHUNK = 2
-    try:
-        built = RecallIndex.build(docs)
-    finally:
-        segment_mod._CHUNK = saved
-    inc = RecallIndex()
-    for d in docs:
-        inc.add(d)
-    for q in ("ǂǂǂ", "x y", "aǂǂǂ", "ǂǂǂǂ", "plain"):
-        assert [(h.cache_key, h.score) for h in built.search(q)] == [
-            (h.cache_key, h.score) for h in inc.search(q)]
-    assert keys(built.search("ǂǂǂ")) == ["d", "b", "a"]
+    s = segment_mod._SENTINEL if sep == "SEP" else sep
+    docs = [doc("a", f"x {s} y", 1.0, payload=(f"a{s}", "")), doc("b", s, 2.0),
+            doc("c", f"plain {s}x", 3.0), doc("d", "", 4.0, payload=(f"{s} {s}",)),
+            doc("e", "ascii only_text here", 5.0), doc("f", "ünïcode wörds here", 6.0)]
+    for chunk in (1, 2, 3, 10_000):
+        saved = segment_mod._CHUNK
+        segment_mod._CHUNK = chunk
+        try:
+            built = RecallIndex.build(docs)
+        finally:
+            segment_mod._CHUNK = saved
+        inc = RecallIndex()
+        for d in docs:
+            inc.add(d)
+        for q in (s, "x y", f"a{s}", f"{s}x", "plain", "here", "only_text", "wörds"):
+            assert [(h.cache_key, h.score) for h in built.search(q)] == [
+                (h.cache_key, h.score) for h in inc.search(q)]
+        assert keys(built.search(s))[:3] == ["d", "b", "a"]  # (c: parts of a digit split)
+        assert keys(built.search("here")) == ["f", "e"]
 
 
 def test_hex_keys_and_other_keys_round_trip_through_bytes() -> None:
