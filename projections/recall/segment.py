@@ -406,16 +406,39 @@ def tokenize_docs(docs: Sequence[RecallDoc] | _NewDocs, term_ids: _AutoIds
     if int(occ_len.sum()) == 0:
         z = np.zeros(0, I64)
         return z, z, z, dl
-    # sort keys (tid << 32 | doc) of every token occurrence, then count repeats
-    key = gather_ranges(text_off, text_tok.astype(np.uint64) << np.uint64(32), tix)
-    key |= np.repeat(doc_of.astype(np.uint64), occ_len)
+    # sort keys (tid << 32 | doc) of every token occurrence, then count repeats; the
+    # token positions and docs of the occurrences are running sums written into one
+    # buffer (no repeat/arange temporaries of the full length)
+    nz = np.flatnonzero(occ_len)
+    lens = occ_len[nz]
+    src = text_off[tix[nz]]
+    odoc = doc_of[nz]
+    pos = np.zeros(len(nz), dtype=I64)
+    np.cumsum(lens[:-1], out=pos[1:])
+    buf = np.ones(int(pos[-1] + lens[-1]), dtype=I64)
+    step = src.copy()
+    step[1:] -= src[:-1] + lens[:-1] - 1
+    buf[pos] = step
+    np.cumsum(buf, out=buf)  # position in text_tok of each occurrence's token
+    key = (text_tok.astype(np.uint64) << np.uint64(32))[buf]
+    buf.fill(0)
+    step = odoc.copy()
+    step[1:] -= odoc[:-1]
+    buf[pos] = step
+    np.cumsum(buf, out=buf)  # doc of each token occurrence
+    key |= buf.view(np.uint64)
+    del buf, step
     key.sort()
     first = np.empty(len(key), dtype=bool)
     first[0] = True
     np.not_equal(key[1:], key[:-1], out=first[1:])
     starts = np.flatnonzero(first)
-    tf = np.diff(starts, append=len(key))
+    del first
+    tf = np.empty(len(starts), dtype=I64)
+    np.subtract(starts[1:], starts[:-1], out=tf[:-1])
+    tf[-1] = len(key) - starts[-1]
     uk = key[starts]
+    del key, starts
     return ((uk >> np.uint64(32)).view(I64), (uk & np.uint64(0xFFFFFFFF)).view(I64),
             tf.astype(I64, copy=False), dl)
 
@@ -580,7 +603,7 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         1 << 31) else I64)
     fresh = base is None and in_order
     if fresh:  # already sorted by (tid, doc)
-        tid, doc, tf = ntid, new_ids[ndoc] if len(ndoc) else ndoc, ntf
+        tid, doc, tf = ntid, ndoc, ntf  # new ids are 0..n-1 in input order
     else:
         tid = np.concatenate((btid, ntid))
         doc = np.concatenate((bdoc, new_ids[ndoc] if len(ndoc) else ndoc))
@@ -620,10 +643,7 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         tid, doc, tf = tid[o], doc[o], tf[o]
     counts = np.bincount(tid, minlength=nt) if nt else np.zeros(0, I64)
     used = np.flatnonzero(counts)
-    remap = np.full(nt, -1, dtype=I64)
-    remap[used] = np.arange(len(used), dtype=I64)
     terms = [all_terms[i] for i in used.tolist()]
-    tid = remap[tid]
     df = counts[used]
     T = len(terms)
     seg["term_blob"], seg["term_off"] = strings_blob(terms)
@@ -634,8 +654,13 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     # (float32 rounded up); a search at avgdl a scales it by max(1, a/avgdl)
     avgdl = float(dl.sum()) / n if n and int(dl.sum()) else 1.0
     if len(tid):
+        # the length norm per doc, then per posting (same arithmetic, fewer temporaries)
+        den = (K1 * (1.0 - B + B * (dl / avgdl)))[doc]
         f = tf.astype(np.float64)
-        f = f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * (dl[doc] / avgdl)))
+        den += f
+        f *= K1 + 1.0
+        f /= den
+        del den
         ub = np.maximum.reduceat(f, starts[:-1]).astype(np.float32)
         seg["term_ub"] = np.nextafter(ub, np.float32(np.inf))
         del f
@@ -647,7 +672,9 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     big = np.flatnonzero(df >= big_min)
     is_big = np.zeros(T, dtype=bool)
     is_big[big] = True
-    small_mask = ~is_big[tid] if len(tid) else np.zeros(0, bool)
+    big_of_tid = np.zeros(nt, dtype=bool)  # indexed by the unrenumbered term ids
+    big_of_tid[used[big]] = True
+    small_mask = ~big_of_tid[tid] if len(tid) else np.zeros(0, bool)
     sdf = np.where(is_big, 0, df)
     seg["post_off"] = offsets(sdf)
     seg["post_doc"] = doc[small_mask].astype(I32)

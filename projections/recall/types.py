@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 
+_join = "".join
+
 
 def _str_tuple(value: Any) -> tuple[str, ...]:
     """A packet list field as a tuple of strings (a lone string counts as one)."""
@@ -83,18 +85,39 @@ class RecallDoc:
         get = packet.get
         summary = get("summary")
         target = get("target")
+        pa, sy, te, ta, pt = (get("paths"), get("symbols"), get("tests"), get("task_ids"),
+                              get("packet_types"))
+        # the usual packet: five lists of strings (one join checks every item is a str)
+        if type(pa) is list and type(sy) is list and type(te) is list and type(ta) is list \
+                and type(pt) is list:
+            try:
+                _join(pa + sy + te + ta + pt)
+                pa, sy, te, ta, pt = tuple(pa), tuple(sy), tuple(te), tuple(ta), tuple(pt)
+            except TypeError:
+                pa, sy, te, ta, pt = (_str_tuple(pa), _str_tuple(sy), _str_tuple(te),
+                                      _str_tuple(ta), _str_tuple(pt))
+        else:
+            pa, sy, te, ta, pt = (_str_tuple(pa), _str_tuple(sy), _str_tuple(te),
+                                  _str_tuple(ta), _str_tuple(pt))
+        payload = get("payload")
+        if type(payload) is dict:  # the usual payload: a flat mapping (as in _collect)
+            texts: Any = []
+            app = texts.append
+            for v in payload.values():
+                if type(v) is str:
+                    app(v)
+                elif isinstance(v, (dict, list, tuple, str)):
+                    texts = _payload_tuple(payload)  # nested: the general walk
+                    break
+            texts = tuple(texts)
+        else:
+            texts = _payload_tuple(payload)
         return cls(  # positional: the attrs __init__ is measurably faster that way
             cache_key,
             target if type(target) is str else (target if isinstance(target, str) else ""),
             float(created_at),
             summary if type(summary) is str else (summary if isinstance(summary, str) else ""),
-            _str_tuple(get("paths")),
-            _str_tuple(get("symbols")),
-            _str_tuple(get("tests")),
-            _str_tuple(get("task_ids")),
-            _str_tuple(get("packet_types")),
-            _payload_tuple(get("payload")),
-            int(est_bytes),
+            pa, sy, te, ta, pt, texts, int(est_bytes),
         )
 
     def texts(self) -> list[str]:
