@@ -415,19 +415,24 @@ def tokenize_docs(docs: Sequence[RecallDoc] | _NewDocs, term_ids: _AutoIds
     odoc = doc_of[nz]
     pos = np.zeros(len(nz), dtype=I64)
     np.cumsum(lens[:-1], out=pos[1:])
-    buf = np.ones(int(pos[-1] + lens[-1]), dtype=I64)
+    # (fresh memory is costly here, ~1 ms per MB: the full-length arrays are one
+    # int64 buffer, turned into the keys in place, and one uint32 buffer)
+    key = np.ones(int(pos[-1] + lens[-1]), dtype=I64)
     step = src.copy()
     step[1:] -= src[:-1] + lens[:-1] - 1
-    buf[pos] = step
-    np.cumsum(buf, out=buf)  # position in text_tok of each occurrence's token
-    key = (text_tok.astype(np.uint64) << np.uint64(32))[buf]
-    buf.fill(0)
-    step = odoc.copy()
-    step[1:] -= odoc[:-1]
-    buf[pos] = step
-    np.cumsum(buf, out=buf)  # doc of each token occurrence
-    key |= buf.view(np.uint64)
-    del buf, step
+    key[pos] = step
+    np.cumsum(key, out=key)  # position in text_tok of each occurrence's token
+    # each element's index is read before its slot is written ("clip": unbuffered)
+    np.take(text_tok.astype(np.uint64) << np.uint64(32), key, out=key.view(np.uint64),
+            mode="clip")
+    key = key.view(np.uint64)
+    dbuf = np.zeros(len(key), dtype=np.uint32)
+    dstep = odoc.astype(np.uint32)
+    dstep[1:] -= dstep[:-1].copy()  # wraps mod 2**32; the running sum wraps back
+    dbuf[pos] = dstep
+    np.cumsum(dbuf, dtype=np.uint32, out=dbuf)  # doc of each token occurrence
+    key |= dbuf
+    del dbuf, dstep, step
     key.sort()
     first = np.empty(len(key), dtype=bool)
     first[0] = True
@@ -439,8 +444,9 @@ def tokenize_docs(docs: Sequence[RecallDoc] | _NewDocs, term_ids: _AutoIds
     tf[-1] = len(key) - starts[-1]
     uk = key[starts]
     del key, starts
-    return ((uk >> np.uint64(32)).view(I64), (uk & np.uint64(0xFFFFFFFF)).view(I64),
-            tf.astype(I64, copy=False), dl)
+    tid = (uk >> np.uint64(32)).view(I64)
+    uk &= np.uint64(0xFFFFFFFF)
+    return tid, uk.view(I64), tf, dl
 
 
 # ---------------------------------------------------------------- reading a segment back
