@@ -350,13 +350,13 @@ def test_bulk_build_texts_with_the_internal_separator_word(sep: str) -> None:
     docs = [doc("a", f"x {s} y", 1.0, payload=(f"a{s}", "")), doc("b", s, 2.0),
             doc("c", f"plain {s}x", 3.0), doc("d", "", 4.0, payload=(f"{s} {s}",)),
             doc("e", "ascii only_text here", 5.0), doc("f", "ünïcode wörds here", 6.0)]
-    for chunk in (1, 2, 3, 10_000):
-        saved = segment_mod._CHUNK
-        segment_mod._CHUNK = chunk
+    for chunk, sub in ((1, 256), (2, 256), (3, 256), (10_000, 256), (10_000, 2), (5, 1)):
+        saved = segment_mod._CHUNK, segment_mod._SUBCHUNK
+        segment_mod._CHUNK, segment_mod._SUBCHUNK = chunk, sub
         try:
             built = RecallIndex.build(docs)
         finally:
-            segment_mod._CHUNK = saved
+            segment_mod._CHUNK, segment_mod._SUBCHUNK = saved
         inc = RecallIndex()
         for d in docs:
             inc.add(d)

@@ -24,7 +24,7 @@ import re
 import struct
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain
 from itertools import count as _count
 from operator import attrgetter, methodcaller
@@ -323,9 +323,24 @@ _SENTINEL_B = _SENTINEL.encode("ascii")
 _JOIN = " " + _SENTINEL + " "
 _SENT_ALIAS = "\x00" + _SENTINEL  # never a word: stands for a real word equal to _SENTINEL
 _CHUNK = 20000
+_SUBCHUNK = 256
 #: ASCII letters, digits and "_" (what \w+ matches in ASCII text) kept, any other byte -> " "
 _ASCII_WORDS = bytes(c if (c < 128 and (chr(c).isalnum() or c == 95)) else 32
                      for c in range(256))
+
+
+def _chunks(texts: list[str]) -> Iterator[tuple[list[str], str]]:
+    """Consecutive runs of texts, each with its join; a non-ASCII run is cut into
+    short ones so that the ASCII texts around a non-ASCII one stay on the bytes path."""
+    for c in range(0, len(texts), _CHUNK):
+        part = texts[c : c + _CHUNK]
+        big = _JOIN.join(part)
+        if big.isascii() or len(part) <= _SUBCHUNK:
+            yield part, big
+        else:
+            for d in range(0, len(part), _SUBCHUNK):
+                sub = part[d : d + _SUBCHUNK]
+                yield sub, _JOIN.join(sub)
 
 
 def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.ndarray]:
@@ -343,9 +358,7 @@ def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.n
         return wget(_SENT_ALIAS if w == _SENTINEL else w)
 
     sep1 = np.zeros(1, dtype=I64)
-    for c in range(0, len(texts), _CHUNK):
-        part = texts[c : c + _CHUNK]
-        big = _JOIN.join(part)
+    for part, big in _chunks(texts):
         if parts:
             parts.append(sep1)
         if big.count(_SENTINEL) == len(part) - 1:
