@@ -583,10 +583,17 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         boff = base["sum_off"]
         sum_parts.append(gather_ranges(boff, base["sum_blob"], kept))
         lens[:nk] = (boff[kept + 1].astype(I64) - boff[kept].astype(I64))
-    new_sum = list(map(_ENCODE, map(attrgetter("summary"), docs)))
-    sum_parts.append(np.frombuffer(b"".join(new_sum), dtype=U8))
-    lens[nk:] = np.fromiter(map(len, new_sum), dtype=I64, count=nd)
-    del new_sum
+    sums = list(map(attrgetter("summary"), docs))
+    joined = "".join(sums)
+    if joined.isascii():  # one encode; byte lengths = character lengths
+        sum_parts.append(np.frombuffer(joined.encode("ascii"), dtype=U8))
+        lens[nk:] = np.fromiter(map(len, sums), dtype=I64, count=nd)
+    else:
+        new_sum = list(map(_ENCODE, sums))
+        sum_parts.append(np.frombuffer(b"".join(new_sum), dtype=U8))
+        lens[nk:] = np.fromiter(map(len, new_sum), dtype=I64, count=nd)
+        del new_sum
+    del sums, joined
     flat = np.concatenate(sum_parts)
     src = np.zeros(n + 1, dtype=I64)
     np.cumsum(lens, out=src[1:])
@@ -894,10 +901,14 @@ def _table_keys(name: str, vals: list[str]) -> tuple[list[str], np.ndarray]:
         per = [keyfn(norm(v)) for v in vals]  # suffixes are distinct
     else:
         split = _SYM_SPLIT.split if name == "sym" else _TEST_SPLIT.split
+        seps = ".:#" if name == "sym" else ".:/#"
         per = []
         for low in map(str.lower, vals):
-            last = split(low)[-1]
-            per.append([low] if (not last or last == low) else [low, last])
+            if seps[0] in low or seps[1] in low or seps[2] in low or seps[-1] in low:
+                last = split(low)[-1]
+                per.append([low] if (not last or last == low) else [low, last])
+            else:  # no separator: the value is its own last component
+                per.append([low])
     return list(chain.from_iterable(per)), np.fromiter(map(len, per), dtype=I64,
                                                        count=len(per))
 
