@@ -303,8 +303,13 @@ class _NewDocs:
         """A tuple field's distinct values and each occurrence's index into them."""
         ids = self.text_ids.get(field)
         if ids is not None:
-            u, inv = np.unique(ids, return_inverse=True)
-            return [self.uniq[i] for i in u.tolist()], inv.astype(I64)
+            u = np.sort(ids)
+            if len(u) > 1:
+                keep = np.empty(len(u), dtype=bool)
+                keep[0] = True
+                np.not_equal(u[1:], u[:-1], out=keep[1:])
+                u = u[keep]
+            return list(map(self.uniq.__getitem__, u.tolist())), u.searchsorted(ids)
         flat = list(chain.from_iterable(self.lists[field]))
         vmap = _AutoIds()
         vids = np.fromiter(map(vmap.__getitem__, flat), dtype=I64, count=len(flat))
@@ -927,7 +932,12 @@ def _assemble_trigrams(seg: dict[str, np.ndarray], vals: list[str]) -> None:
         code, owner = sort_pairs(code[ok], owner[ok])
     else:
         code = owner = np.zeros(0, I64)
-    ucode, first = np.unique(code, return_index=True)
+    # code is sorted: the first of each run of equal codes
+    head = np.empty(len(code), dtype=bool)
+    head[:1] = True
+    np.not_equal(code[1:], code[:-1], out=head[1:])
+    first = np.flatnonzero(head)
+    ucode = code[first]
     seg["tg_code"] = ucode.astype(np.uint32)
     seg["tg_off"] = offsets(np.diff(np.concatenate((first, [len(code)]))).astype(I64)
                             if len(code) else np.zeros(0, I64))
