@@ -138,12 +138,20 @@ def path_level(v: str, cw: str) -> int:
     return 1 if v.rsplit("/", 1)[-1] == cw else 0
 
 
-def mview(a: np.ndarray) -> memoryview:
+def mview(a: np.ndarray) -> memoryview[Any]:
     """A memoryview for fast scalar reads of a 1-d array, also when it is unaligned
-    (an index inside a larger mapped file need not start on an aligned offset)."""
-    m = memoryview(a)
+    (an index inside a larger mapped file need not start on an aligned offset).
+
+    Its items are Python ints or floats, following ``a``'s dtype (``Any``: the
+    segment arrays are not typed by dtype).
+    """
+    # numpy's stubs declare ndarray.__buffer__ only for Python >= 3.12 (the dunder
+    # is new there), but ndarray implements the buffer protocol on every version
+    m: memoryview[Any] = memoryview(a)  # type: ignore[arg-type]
     if m.format[:1] in "=<>!@" and m.format != "B":
-        m = m.cast("B").cast(a.dtype.char)
+        # typeshed's cast() takes only literal format codes; a numeric dtype's char
+        # (the only dtypes indexed here) is a valid struct format code
+        m = m.cast("B").cast(a.dtype.char)  # type: ignore[arg-type]
     return m
 
 
@@ -209,6 +217,18 @@ class _Query:
     __slots__ = ("terms", "avgdl", "la", "i0", "lo", "hi", "since", "until", "boost",
                  "kind_docs", "rules", "restrict", "task_docs", "ntok", "_barr",
                  "filter_rules", "matched", "_idf")
+
+    # set by RecallIndex._ranked right after construction (declared here for the
+    # type checker; bare annotations create no class attributes, so the slots stay
+    # the only storage)
+    avgdl: float
+    la: float | None  # live_after
+    i0: int  # first base doc id not expired
+    lo: int  # base doc id range [lo, hi) allowed by since/until
+    hi: int
+    since: float | None
+    until: float | None
+    ntok: int  # distinct query tokens (matched or not)
 
     def __init__(self) -> None:
         self.matched = True  # rankers report each hit's matched tokens (search needs them)
@@ -688,12 +708,12 @@ class RecallIndex:
                 t.ddict = dict(zip(t.dd.tolist(), t.dt.tolist(), strict=True))
             return t.ddict.get(d, 0)
         if t.big >= 0:
-            return self._rowmv[t.big][d]  # type: ignore[no-any-return]
+            return self._rowmv[t.big][d]
         if t.e > t.s:
             pd = self._mv["post_doc"]
             j = bisect_left(pd, d, t.s, t.e)
             if j < t.e and pd[j] == d:
-                return self._mv["post_tf"][j]  # type: ignore[no-any-return]
+                return self._mv["post_tf"][j]
         return 0
 
     def _tfm(self, q: _Query, D: np.ndarray) -> np.ndarray:
@@ -846,7 +866,7 @@ class RecallIndex:
             return items[:k]
         cr = self._created_mv
         items.sort(key=lambda x: (-x[0], -cr[x[1]]))
-        out = []
+        out: list[Any] = []
         i = 0
         while i < len(items) and len(out) < k:
             j = i + 1
@@ -1181,13 +1201,13 @@ class RecallIndex:
         c = self._nrmc
         key = (q.avgdl, self._version, self._n)
         if c is not None and c[0] == key:
-            return c[1][D]  # type: ignore[no-any-return]
+            return c[1][D]
         if self._nrm_last == key and self._n:
             arr = K1 * (1.0 - B + B * (self._dl[: self._n] / q.avgdl))
             self._nrmc = (key, arr)
-            return arr[D]  # type: ignore[no-any-return]
+            return arr[D]
         self._nrm_last = key
-        return K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))  # type: ignore[no-any-return]
+        return K1 * (1.0 - B + B * (self._dl[D] / q.avgdl))
 
     def _kth(self, part: np.ndarray, valid: np.ndarray | None, k: int) -> float:
         vp = part if valid is None else part[valid]
@@ -1271,10 +1291,10 @@ class RecallIndex:
                     J.append(np.full(e - s0, u.j, dtype=np.int64))
         if D:
             docs = np.concatenate(D).astype(np.int64, copy=False)
-            tf = np.concatenate(F)
+            tfs = np.concatenate(F)
             col = np.concatenate(J)
             idf = q.idf_row()[col]
-            parts.append((docs, idf * (tf * _K1P1) / (tf + self._nrm(q, docs)), False))
+            parts.append((docs, idf * (tfs * _K1P1) / (tfs + self._nrm(q, docs)), False))
         if len(parts) == 1:
             return parts[0]
         return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
@@ -1601,10 +1621,10 @@ class RecallIndex:
                 for d in docs:
                     boost[d] = boost.get(d, 0.0) + b
             return
-        d, v = _union([(np.array(docs, dtype=np.int64), np.full(len(docs), b))
-                       for docs, b in parts])
-        q.boost = dict(zip(d.tolist(), v.tolist(), strict=True))
-        q._barr = (d, v)
+        ud, uv = _union([(np.array(docs, dtype=np.int64), np.full(len(docs), b))
+                         for docs, b in parts])
+        q.boost = dict(zip(ud.tolist(), uv.tolist(), strict=True))
+        q._barr = (ud, uv)
 
     def _filter_sets(self, q: _Query, packet_types: Sequence[str],
                      path_filters: Sequence[str], symbol_filters: Sequence[str],
@@ -1640,8 +1660,8 @@ class RecallIndex:
             return
         sets.sort(key=len)
         r = sets[0]
-        for s_ in sets[1:]:
-            r = r[_isin_sorted(r, s_)]
+        for other in sets[1:]:
+            r = r[_isin_sorted(r, other)]
         q.restrict = r
 
     def _target_docs(self, target: str) -> np.ndarray:
@@ -1899,7 +1919,8 @@ class _Member:
             self.s = None
             mark = np.zeros(max(n, 1), dtype=np.uint8)
             mark[docs] = 1
-            self.m = memoryview(mark)
+            # see mview: numpy's stubs gate ndarray.__buffer__ on Python >= 3.12
+            self.m = memoryview(mark)  # type: ignore[arg-type]
 
     def __contains__(self, d: object) -> bool:
         if self.s is not None:

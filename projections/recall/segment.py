@@ -262,7 +262,7 @@ def sort_pairs(a: np.ndarray, b: np.ndarray, dedupe: bool = True) -> tuple[np.nd
     return (key >> np.uint64(32)).astype(I64), (key & np.uint64(0xFFFFFFFF)).astype(I64)
 
 
-class _AutoIds(defaultdict):  # type: ignore[type-arg]
+class _AutoIds(defaultdict[Any, int]):
     """value -> dense id, numbering new values on first sight (ids 0, 1, ... in
     insertion order, also after ``items`` given here).
 
@@ -383,10 +383,11 @@ def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.n
     wl = [w if type(w) is str else w.decode("ascii") for w in words]
     wl[0] = wl[1] = ""
     wtok: list[tuple[str, ...] | None] = list(map(_TOKCACHE.get, wl))
-    for i, t in enumerate(wtok):
-        if t is None:
+    for i, tt in enumerate(wtok):
+        if tt is None:
             w = wl[i]
             wtok[i] = ident_tokens(_SENTINEL if w == _SENT_ALIAS else w)
+    # the loop above replaced every None: wtok is a list of token tuples now
     wlen = np.fromiter(map(len, wtok), dtype=I64, count=len(wtok))  # type: ignore[arg-type]
     wflat = np.fromiter(map(term_ids.__getitem__, chain.from_iterable(wtok)),  # type: ignore[arg-type]
                         dtype=I32, count=int(wlen.sum()))
@@ -507,6 +508,7 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     nb = 0 if base is None else int(len(base["created"]))
     if base is not None and keep is None:
         keep = np.ones(nb, dtype=bool)
+    # keep is an array whenever base is given (set just above); mypy cannot link the two
     kept = np.flatnonzero(keep) if base is not None else np.zeros(0, I64)  # type: ignore[arg-type]
     nk = len(kept)
     nd = len(docs)
@@ -722,11 +724,11 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         sd = seg["post_doc"][idx].astype(I64)
         sf = seg["post_tf"][idx].astype(I64)
         o = _impact_order(owner, sf, dl[sd], sd)
-        pos = idx[o] - np.repeat(mstart, mlen)
+        mpos = idx[o] - np.repeat(mstart, mlen)
         fo, ow = sf[o], owner[o]
         brk = np.concatenate(([0], np.flatnonzero((fo[1:] != fo[:-1]) | (ow[1:] != ow[:-1]))
                               + 1))
-        seg["mimp_pos"] = pos.astype(uint_dtype(int(mlen.max())))
+        seg["mimp_pos"] = mpos.astype(uint_dtype(int(mlen.max())))
         seg["mimp_goff"] = offsets(np.bincount(ow[brk], minlength=len(mid)))
         seg["mimp_gtf"] = fo[brk].astype(I64)
         seg["mimp_gstart"] = brk.astype(I64)
