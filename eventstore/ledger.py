@@ -329,23 +329,25 @@ class Ledger:
         assert self._active_path is not None
         fd = self._active_fd()
         try:
+            # Zeros at _end (preallocated space) mean nothing new: a frame another
+            # process writes always starts with its non-zero magic (junk that a power
+            # cut leaves behind zeros is found by the full walk of every handle that
+            # opens after it). Only then is the file's size needed: on this machine a
+            # stat between two durable appends made the second fdatasync ~35 us
+            # slower (ext4, Linux 6.18), so the append path never stats.
             peek = pread_all(fd, 4, self._end)
-            size = -1
-            if peek != b"\0\0\0\0" or not (self._end_stable or self._last_frame_still_there(fd)):
-                size = os.fstat(fd).st_size
+            intact = self._end_stable or self._last_frame_still_there(fd)
+            size = os.fstat(fd).st_size if peek != b"\0\0\0\0" or not intact else -1
+            if size > self._end and intact:
+                size = data_end(fd, size)
         except OSError as e:
             raise LedgerIOError(f"cannot read {self._active_path}: {e.strerror}") from e
-        if size < 0:
-            # Zeros at _end (preallocated space): nothing new, and what we saw is still
-            # there. No fstat on this path: on this machine a stat between two durable
-            # appends made the second fdatasync ~35 us slower (ext4, Linux 6.18).
-            self._torn = None
-        elif size < self._end or not (self._end_stable or self._last_frame_still_there(fd)):
+        if not intact or 0 <= size < self._end:
             # A frame we saw was cut again: its writer's fsync failed and it truncated
             # (see _after_failed_sync). Forget it and walk the segment afresh, or we
             # would chain to a frame that is gone, or cut the frames written since.
             self._rescan_active()
-        elif size > self._end and (size := self._visible_end(fd, size)) > self._end:
+        elif size > self._end:
             try:
                 data = pread_all(fd, size - self._end, self._end)
             except OSError as e:
@@ -360,8 +362,8 @@ class Ledger:
                 raise self._fault from None
             self._adopt(tail, self._end)
             self._end_stable = False
-        else:
-            self._torn = None  # size == _end: another writer already cut the torn tail we saw
+        else:  # nothing past _end but zeros: another writer cut any torn tail we saw
+            self._torn = None
         if self._end >= self._roll_at and self._torn is None:
             segs = list_segments(self.log_dir)
             for k, (base, path) in enumerate(segs):
@@ -375,21 +377,6 @@ class Ledger:
                     raise self._fault
                 if not self._switch_to((base, path), self._digest, base, last):
                     break
-
-    def _visible_end(self, fd: int, size: int) -> int:
-        """Where the active segment's content ends, given its size beyond ``_end``.
-
-        Zeros at ``_end`` mean nothing new: the space past the last frame is
-        preallocated, and a frame another process writes always starts with its
-        non-zero magic (a power cut can leave junk behind zeros, but every
-        handle opened after one walks the segment through :func:`data_end`).
-        """
-        try:
-            if pread_all(fd, 4, self._end) == b"\0\0\0\0":
-                return self._end
-            return data_end(fd, size)
-        except OSError as e:
-            raise LedgerIOError(f"cannot read {self._active_path}: {e.strerror}") from e
 
     def _last_frame_still_there(self, fd: int) -> bool:
         """Does the frame we believe ends at ``_end`` still end there, with our digest?"""
