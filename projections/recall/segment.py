@@ -328,6 +328,7 @@ _SENTINEL_B = _SENTINEL.encode("ascii")
 _JOIN = " " + _SENTINEL + " "
 _SENT_ALIAS = "\x00" + _SENTINEL  # never a word: stands for a real word equal to _SENTINEL
 _CHUNK = 20000
+_SLICE = 1 << 18  # elements per slice of the token keys (2 MB temporaries)
 _SUBCHUNK = 256
 #: ASCII letters, digits and "_" (what \w+ matches in ASCII text) kept, any other byte -> " "
 _ASCII_WORDS = bytes(c if (c < 128 and (chr(c).isalnum() or c == 95)) else 32
@@ -436,22 +437,33 @@ def tokenize_docs(docs: Sequence[RecallDoc] | _NewDocs, term_ids: _AutoIds
     np.cumsum(lens[:-1], out=pos[1:])
     # (fresh memory is costly here, ~1 ms per MB: the full-length arrays are one
     # int64 buffer, turned into the keys in place, and one uint32 buffer)
-    key = np.ones(int(pos[-1] + lens[-1]), dtype=I64)
+    total = int(pos[-1] + lens[-1])
+    key = np.ones(total, dtype=I64)
+    # one running sum gives both: doc << 32 | position in text_tok of each occurrence's
+    # token (the position is in [0, 2**32), so the halves never carry into each other)
     step = src.copy()
     step[1:] -= src[:-1] + lens[:-1] - 1
+    dstep = odoc.copy()
+    dstep[1:] -= odoc[:-1]
+    dstep <<= 32
+    step += dstep
+    del dstep
     key[pos] = step
-    np.cumsum(key, out=key)  # position in text_tok of each occurrence's token
-    # each element's index is read before its slot is written ("clip": unbuffered)
-    np.take(text_tok.astype(np.uint64) << np.uint64(32), key, out=key.view(np.uint64),
-            mode="clip")
+    del step
+    np.cumsum(key, out=key)
     key = key.view(np.uint64)
-    dbuf = np.zeros(len(key), dtype=np.uint32)
-    dstep = odoc.astype(np.uint32)
-    dstep[1:] -= dstep[:-1].copy()  # wraps mod 2**32; the running sum wraps back
-    dbuf[pos] = dstep
-    np.cumsum(dbuf, dtype=np.uint32, out=dbuf)  # doc of each token occurrence
-    key |= dbuf
-    del dbuf, dstep, step
+    # then (term << 32 | doc), a slice at a time (small temporaries)
+    tts = text_tok.astype(np.uint64) << np.uint64(32)
+    lo32 = np.uint64(0xFFFFFFFF)
+    sh32 = np.uint64(32)
+    for c in range(0, total, _SLICE):
+        part = key[c : c + _SLICE]
+        hi = part >> sh32
+        part &= lo32
+        # each element's index is read before its slot is written ("clip": unbuffered)
+        np.take(tts, part, out=part, mode="clip")
+        part |= hi
+    del tts, hi, part
     key.sort()
     first = np.empty(len(key), dtype=bool)
     first[0] = True

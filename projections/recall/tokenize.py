@@ -61,6 +61,8 @@ def _split_run(run: str) -> list[str]:
 
 
 def _ident_tokens(ident: str) -> tuple[str, ...]:
+    if ident.isalpha() and (ident.islower() or ident.isupper()):
+        return (ident.lower(),)  # a plain word (one run, one case): itself
     out: list[str] = []
     runs = _RUN.findall(ident)
     if not runs:
