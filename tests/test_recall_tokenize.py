@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from projections.corpus import stdlib_packets
 from projections.recall import RecallDoc, make_snippet, tokenize
-from projections.recall.tokenize import _ASCII_PARTS, _split_run
+from projections.recall.tokenize import _ASCII_PARTS, _RUN, _ident_tokens, _split_run
 
 
 def test_identifier_parts_follow_the_whole() -> None:
@@ -27,6 +27,29 @@ def test_identifier_parts_follow_the_whole() -> None:
 @given(st.text(alphabet="aAbBzZ09", min_size=1, max_size=10))
 def test_ascii_fast_path_equals_general_split(run: str) -> None:
     assert _ASCII_PARTS.findall(run) == _split_run(run)
+
+
+def _ident_tokens_reference(ident: str) -> tuple[str, ...]:
+    """The tokenizer's rules with the regex runs for every identifier (no fast paths)."""
+    runs = _RUN.findall(ident)
+    if not runs:
+        return ()
+    out = [ident.lower()] if (len(runs) > 1 or runs[0] != ident) else []
+    for run in runs:
+        parts = _split_run(run)
+        out.append(run.lower())
+        if len(parts) > 1:
+            out.extend(p.lower() for p in parts)
+    return tuple(out)
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.text(alphabet="aAbBzZ09_", max_size=12),
+                 st.text(alphabet="aAzZ0_\u00e9\u00c9\u0130\u03a3\u01c5\u00b2\u0660",
+                         max_size=8)))
+def test_ident_fast_paths_equal_reference(ident: str) -> None:
+    # plain words, ASCII underscore splits and the empty "identifier" (a separator)
+    assert _ident_tokens(ident) == _ident_tokens_reference(ident)
 
 
 @settings(max_examples=200)

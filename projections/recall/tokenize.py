@@ -64,7 +64,12 @@ def _ident_tokens(ident: str) -> tuple[str, ...]:
     if ident.isalpha() and (ident.islower() or ident.isupper()):
         return (ident.lower(),)  # a plain word (one run, one case): itself
     out: list[str] = []
-    runs = _RUN.findall(ident)
+    if not ident.isascii():
+        runs = _RUN.findall(ident)
+    elif "_" in ident:  # ASCII: the runs are the pieces between underscores
+        runs = [r for r in ident.split("_") if r]
+    else:
+        runs = [ident] if ident else []
     if not runs:
         return ()
     if len(runs) > 1 or runs[0] != ident:
