@@ -449,3 +449,25 @@ def test_pruning_on_a_larger_corpus_equals_unpruned() -> None:
                         assert [k for k, _ in got] == [k for k, _ in want[i][:limit]], (mode, q)
                         assert [s for _, s in got] == pytest.approx(
                             [s for _, s in want[i][:limit]], rel=1e-12, abs=1e-12)
+
+
+def test_from_packet_equals_the_attrs_init() -> None:
+    # from_packet stores RecallDoc's slots directly: same fields, equality, hash, frozen
+    import attrs
+
+    packet = {"summary": "s", "target": "t", "paths": ["a.py"], "symbols": ["A.b"],
+              "tests": ["test_b"], "task_ids": ["T1"], "packet_types": ["p"],
+              "payload": {"x": "y", "n": 3}}
+    d = RecallDoc.from_packet("k", packet, 5, 7)
+    e = RecallDoc("k", "t", 5.0, "s", ("a.py",), ("A.b",), ("test_b",), ("T1",), ("p",),
+                  ("y",), 7)
+    assert d == e and hash(d) == hash(e) and repr(d) == repr(e)
+    assert attrs.asdict(d) == attrs.asdict(e)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        d.target = "u"  # type: ignore[misc]
+
+    class Sub(RecallDoc):
+        pass
+
+    s = Sub.from_packet("k", packet, 5, 7)
+    assert type(s) is Sub and attrs.asdict(s) == attrs.asdict(e)

@@ -112,18 +112,38 @@ class RecallDoc:
             texts = tuple(texts)
         else:
             texts = _payload_tuple(payload)
-        return cls(  # positional: the attrs __init__ is measurably faster that way
-            cache_key,
-            target if type(target) is str else (target if isinstance(target, str) else ""),
-            float(created_at),
-            summary if type(summary) is str else (summary if isinstance(summary, str) else ""),
-            pa, sy, te, ta, pt, texts, int(est_bytes),
-        )
+        target = target if type(target) is str else (
+            target if isinstance(target, str) else "")
+        summary = summary if type(summary) is str else (
+            summary if isinstance(summary, str) else "")
+        if cls is RecallDoc:  # what the attrs __init__ does, with the slots' own setters
+            d = _new(cls)
+            _s_key(d, cache_key)
+            _s_target(d, target)
+            _s_created(d, float(created_at))
+            _s_summary(d, summary)
+            _s_paths(d, pa)
+            _s_symbols(d, sy)
+            _s_tests(d, te)
+            _s_tasks(d, ta)
+            _s_ptypes(d, pt)
+            _s_payload(d, texts)
+            _s_est(d, int(est_bytes))
+            return d
+        return cls(cache_key, target, float(created_at), summary, pa, sy, te, ta, pt, texts,
+                   int(est_bytes))
 
     def texts(self) -> list[str]:
         """The indexed text fields, in order: summary, paths, symbols, tests, payload."""
         return [self.summary, *self.paths, *self.symbols, *self.tests, *self.payload_text]
 
+
+# the slot setters of RecallDoc's fields (a frozen attrs class: its __init__ sets each
+# field through object.__setattr__; these are the same stores without the lookups)
+_new = object.__new__
+(_s_key, _s_target, _s_created, _s_summary, _s_paths, _s_symbols, _s_tests, _s_tasks,
+ _s_ptypes, _s_payload, _s_est) = (vars(RecallDoc)[a.name].__set__
+                                   for a in attrs.fields(RecallDoc))
 
 def _payload_tuple(payload: Any) -> tuple[str, ...]:
     if payload is None:
