@@ -328,7 +328,7 @@ _SENTINEL_B = _SENTINEL.encode("ascii")
 _JOIN = " " + _SENTINEL + " "
 _SENT_ALIAS = "\x00" + _SENTINEL  # never a word: stands for a real word equal to _SENTINEL
 _CHUNK = 20000
-_SLICE = 1 << 18  # elements per slice of the token keys (2 MB temporaries)
+_SLICE = 1 << 16  # elements per slice of the token keys (512 KB temporaries, in cache)
 _SUBCHUNK = 256
 #: ASCII letters, digits and "_" (what \w+ matches in ASCII text) kept, any other byte -> " "
 _ASCII_WORDS = bytes(c if (c < 128 and (chr(c).isalnum() or c == 95)) else 32
