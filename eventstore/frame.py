@@ -516,3 +516,25 @@ def iter_frames(
         prev_digest = info.digest
         next_seq = info.first_seq + info.count
         off = info.end
+
+
+def payload_layout(head: bytes | memoryview, count: int) -> tuple[float, int, int] | None:
+    """``(at, offsets_start, rows_start)`` of a batch payload, from its first bytes alone.
+
+    For point reads: with these, event ``i`` of the batch is found by reading
+    two offsets and then only its own bytes. ``head`` must reach past the
+    offsets' byte-string head (``PAYLOAD_HEAD_MAX + 16`` bytes, or the whole
+    payload). None when the payload is not ``[at, batch_id, offsets, events]``
+    with ``count`` offsets (a payload written before offsets existed, or bad
+    bytes): the caller then reads the batch whole, which names the problem.
+    """
+    mv = memoryview(head)
+    pos = _after_head(mv)
+    if pos is None:
+        return None
+    got = _uint_head(mv, pos, 0x40)
+    if got is None or got[0] != 4 * count:
+        return None
+    olen, offs_start = got
+    at: float = _AT.unpack_from(mv, 2)[0]
+    return at, offs_start, offs_start + olen + len(_array_head(count))

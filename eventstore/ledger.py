@@ -53,6 +53,7 @@ from .frame import (
     segment_header_is_torn,
 )
 from .lock import WriterLock
+from .point import PointReader, StoredEvent
 from .segments import (
     PREALLOC_BYTES,
     FrameIndex,
@@ -164,6 +165,7 @@ class Ledger:
         # per-segment frame indexes for reads by seq (see segments.FrameIndex)
         self._indexes: OrderedDict[Path, FrameIndex] = OrderedDict()
         self._index_lock = threading.Lock()
+        self._points = PointReader(log_dir)
 
     # --- opening ------------------------------------------------------------------
 
@@ -816,6 +818,27 @@ class Ledger:
             self._scan(max(1, from_seq), to_seq, _BATCHES),
         )
 
+    def read_raw(self, seq: int) -> StoredEvent | None:
+        """Event ``seq`` alone, at about the cost of its own bytes (see ``point.py``).
+
+        The frame header and the event's bounds are checked, the batch's chain
+        digest is not: authenticate the content (a cache body by its content
+        address) or use :meth:`read`. None when the log has no such seq. A
+        batch written before per-event offsets existed is read in full instead.
+        """
+        with self._mutex:
+            self._check_open()
+            if seq > self._head:
+                self._refresh()
+            if seq < 1 or seq > self._head:
+                return None
+        try:
+            return self._points.read(seq)
+        except ValueError:
+            for ev in self.read(seq, seq):  # verified: names the damage, if any
+                return StoredEvent(seq, ev.at, cbor2.dumps([ev.kind, ev.key, ev.data]))
+            return None
+
     def digest_at(self, seq: int) -> bytes | None:
         """The chain digest after the batch ending exactly at ``seq`` (None otherwise)."""
         with self._mutex:
@@ -1167,6 +1190,7 @@ class Ledger:
                     self._lock.close()
                 with self._index_lock:
                     self._indexes.clear()
+                self._points.close()
 
     def __enter__(self) -> Ledger:
         return self

@@ -411,11 +411,14 @@ class FrameIndex:
     """
 
     __slots__ = (
-        "ino", "base", "prev_digest", "seqs", "offs", "digests", "end", "next_seq", "digest"
+        "ino", "base", "prev_digest", "seqs", "offs", "digests", "end", "next_seq", "digest",
+        "step",
     )
 
-    def __init__(self, ino: int, hdr: SegmentHeader) -> None:
+    def __init__(self, ino: int, hdr: SegmentHeader, step: int = INDEX_STEP) -> None:
+        """``step``: bytes between entries (0: an entry per frame, for point reads)."""
         self.ino = ino
+        self.step = step
         self.base = hdr.base_seq
         self.prev_digest = hdr.prev_digest
         self.seqs = array("Q", [hdr.base_seq])
@@ -444,10 +447,11 @@ class FrameIndex:
             end = off + n + FRAME_OVERHEAD
             if first != seq or end > size:
                 break
-            if off - last_entry >= INDEX_STEP:
+            if off - last_entry >= self.step:
                 self.seqs.append(first)
                 self.offs.append(off)
-                self.digests.append(digest)
+                if self.step:  # a dense index serves point reads: no chain to resume
+                    self.digests.append(digest)
                 last_entry = off
             seq, digest, off = first + count, fdigest, end
             want = FRAME_HEADER_SIZE if n >= INDEX_CHUNK else INDEX_CHUNK
@@ -456,7 +460,7 @@ class FrameIndex:
     def locate(self, seq: int) -> tuple[int, int, bytes]:
         """``(first_seq, offset, digest before it)`` of the last entry at or before ``seq``."""
         k = max(bisect_right(self.seqs, seq) - 1, 0)
-        return self.seqs[k], self.offs[k], self.digests[k]
+        return self.seqs[k], self.offs[k], self.digests[k] if self.step or not k else b""
 
     def bound(self, seq: int) -> int | None:
         """An offset at a frame boundary past the frame holding ``seq`` (None: not indexed)."""

@@ -1,0 +1,232 @@
+"""Point reads: one event by seq, at about the cost of that event's own bytes.
+
+A batch is one frame whose chain digest covers the whole payload, so a read
+that proves the chain must hash the whole batch: a 200,000-event frame for
+one event. A point read does not: it finds the frame through the segment's
+frame index, checks the frame header (magic, crc, seq continuity, that the
+frame fits), reads the event's two offsets and then only the event's bytes.
+What it returns is *located* soundly but not *authenticated*: the caller
+checks the content (a cache body against its content address) or reads with
+:meth:`Ledger.read`, which verifies the chain (docs/format.md, "Point reads").
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from bisect import bisect_right
+from collections import OrderedDict
+from pathlib import Path
+
+import attrs
+import cbor2
+
+from .errors import LedgerIOError
+from .event import Event
+from .frame import (
+    FOOTER,
+    FOOTER_MAGIC,
+    FRAME_HEADER_SIZE,
+    FRAME_OVERHEAD,
+    PAYLOAD_HEAD_MAX,
+    parse_frame_head,
+    payload_layout,
+)
+from .segments import (
+    FrameIndex,
+    data_end,
+    list_segments,
+    pread_all,
+    read_header,
+)
+
+#: Frames up to this payload size are read whole (one pread beats four small ones).
+WHOLE_FRAME_BYTES = 64 * 1024
+#: Segments a reader keeps open (least recently used closed first).
+OPEN_SEGMENTS = 16
+_OFFS = struct.Struct("<II")
+
+
+@attrs.frozen
+class StoredEvent:
+    """One event's own CBOR bytes (``[kind, key, data]``) as written inside its batch."""
+
+    seq: int
+    at: float
+    row: bytes
+
+    def event(self) -> Event:
+        """Decode the row; ``ValueError`` when the bytes are not an event."""
+        try:
+            kind, key, data = cbor2.loads(self.row)
+        except Exception as e:
+            raise ValueError(f"event {self.seq} does not decode: {e}") from None
+        if not isinstance(kind, str) or not isinstance(data, dict):
+            raise ValueError(f"event {self.seq} is not [kind, key, data]")
+        return Event(kind, key, data, seq=self.seq, at=float(self.at))
+
+
+class _Open:
+    """A segment kept open for point reads: its fd and frame index."""
+
+    __slots__ = ("fd", "index")
+
+    def __init__(self, fd: int, index: FrameIndex) -> None:
+        self.fd, self.index = fd, index
+
+
+class PointReader:
+    """Point reads over one log directory (thread-safe; never writes).
+
+    Keeps a few segments open with their frame indexes. A segment that was
+    replaced or cut since it was indexed is noticed (short read, different
+    header) and re-indexed; what it then holds is checked like any other.
+    """
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._segs: list[tuple[int, Path]] = []
+        self._open: OrderedDict[Path, _Open] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read(self, seq: int) -> StoredEvent | None:
+        """The event ``seq``, or None when the log has no such seq (yet).
+
+        Raises ``ValueError`` when the bytes where the index points do not hold
+        the event (the caller falls back to a verified read, which reports
+        corruption properly) and :class:`LedgerIOError` on I/O errors.
+        """
+        if seq < 1:
+            return None
+        with self._lock:
+            try:
+                for attempt in range(2):
+                    seg = self._segment_for(seq, refresh=attempt > 0)
+                    if seg is None:
+                        continue
+                    try:
+                        found = self._read_in(seg, seq)
+                    except ValueError:
+                        self._forget(seg)  # a stale index (a frame it saw was cut)?
+                        if attempt:
+                            raise
+                        continue
+                    if found is not None:
+                        return found
+                return None
+            except OSError as e:
+                raise LedgerIOError(f"cannot read {self.log_dir}: {e.strerror or e}") from e
+
+    def close(self) -> None:
+        """Close every segment held open (the reader stays usable: it reopens them)."""
+        with self._lock:
+            for seg in self._open.values():
+                os.close(seg.fd)
+            self._open.clear()
+
+    def _forget(self, seg: _Open) -> None:
+        for path, held in list(self._open.items()):
+            if held is seg:
+                del self._open[path]
+                os.close(seg.fd)
+
+    def _segment_for(self, seq: int, refresh: bool) -> _Open | None:
+        if refresh or not self._segs:
+            self._segs = list_segments(self.log_dir)
+        segs = self._segs
+        k = bisect_right([b for b, _p in segs], seq) - 1
+        if k < 0:
+            return None
+        path = segs[k][1]
+        seg = self._open.get(path)
+        if seg is not None:
+            self._open.move_to_end(path)
+            return seg
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None  # moved to quarantine/ or compacted meanwhile: list again
+        try:
+            index = FrameIndex(
+                os.fstat(fd).st_ino, read_header(path, pread_all(fd, 64, 0)), step=0
+            )
+        except BaseException:
+            os.close(fd)
+            raise
+        seg = self._open[path] = _Open(fd, index)
+        while len(self._open) > OPEN_SEGMENTS:
+            _p, old = self._open.popitem(last=False)
+            os.close(old.fd)
+        return seg
+
+    def _read_in(self, seg: _Open, seq: int) -> StoredEvent | None:
+        idx = seg.index
+        if seq >= idx.next_seq:  # past what the index covers: walk the new frames
+            idx.extend(seg.fd, data_end(seg.fd, os.fstat(seg.fd).st_size))
+            if seq >= idx.next_seq:
+                return None
+        first, off, _digest = idx.locate(seq)  # the frame holding seq: an entry per frame
+        buf = pread_all(seg.fd, FRAME_HEADER_SIZE, off)
+        rel = 0
+        while True:  # from the index entry to the frame holding seq: headers only
+            if len(buf) - rel < FRAME_HEADER_SIZE:
+                buf, rel = pread_all(seg.fd, FRAME_HEADER_SIZE, off), 0
+            head = parse_frame_head(buf, rel)
+            if head is None or head[2] != first:
+                raise ValueError(f"no frame for seq {first} at byte {off}")
+            n, count, _f, _d = head
+            if seq < first + count:
+                break
+            first += count
+            off += n + FRAME_OVERHEAD
+            rel += n + FRAME_OVERHEAD
+        return _event_in_frame(seg.fd, off, n, first, count, seq)
+
+
+def _event_in_frame(fd: int, off: int, n: int, first: int, count: int, seq: int) -> StoredEvent:
+    """Event ``seq`` of the frame at ``off`` (payload ``n`` bytes); raises ValueError/OSError."""
+    i = seq - first
+    p0 = off + FRAME_HEADER_SIZE
+    if n <= WHOLE_FRAME_BYTES:
+        frame = pread_all(fd, n + FRAME_OVERHEAD, off)
+        if len(frame) != n + FRAME_OVERHEAD:
+            raise ValueError(f"frame at byte {off} is cut short")
+        flen, fmagic = FOOTER.unpack_from(frame, n + FRAME_HEADER_SIZE)
+        if fmagic != FOOTER_MAGIC or flen != n + FRAME_OVERHEAD:
+            raise ValueError(f"bad frame footer at byte {off}")
+        payload = memoryview(frame)[FRAME_HEADER_SIZE : FRAME_HEADER_SIZE + n]
+        layout = payload_layout(payload, count)
+        if layout is None:
+            raise ValueError(f"frame at byte {off} has no per-event offsets")
+        at, offs_start, rows_start = layout
+        a = rows_start + int.from_bytes(payload[offs_start + 4 * i : offs_start + 4 * i + 4],
+                                        "little")
+        b = (rows_start + int.from_bytes(payload[offs_start + 4 * i + 4 : offs_start + 4 * i + 8],
+                                         "little") if i + 1 < count else n)
+        if not rows_start <= a < b <= n:
+            raise ValueError(f"event {seq} has bad bounds in the frame at byte {off}")
+        return StoredEvent(seq, at, bytes(payload[a:b]))
+    head = pread_all(fd, min(n, PAYLOAD_HEAD_MAX + 16), p0)
+    layout = payload_layout(head, count)
+    if layout is None:
+        raise ValueError(f"frame at byte {off} has no per-event offsets")
+    at, offs_start, rows_start = layout
+    pair = pread_all(fd, 8 if i + 1 < count else 4, p0 + offs_start + 4 * i)
+    if i + 1 < count:
+        if len(pair) != 8:
+            raise ValueError(f"frame at byte {off} is cut short")
+        a, b = _OFFS.unpack(pair)
+        a, b = rows_start + a, rows_start + b
+    else:
+        if len(pair) != 4:
+            raise ValueError(f"frame at byte {off} is cut short")
+        a, b = rows_start + int.from_bytes(pair, "little"), n
+    if not rows_start <= a < b <= n:
+        raise ValueError(f"event {seq} has bad bounds in the frame at byte {off}")
+    row = pread_all(fd, b - a, p0 + a)
+    if len(row) != b - a:
+        raise ValueError(f"frame at byte {off} is cut short")
+    return StoredEvent(seq, at, row)
+
+
