@@ -35,6 +35,27 @@ class Event:
     at: float = attrs.field(default=0.0, kw_only=True)
 
 
+# Readers build many Events: object.__new__ and the five slot setters build exactly
+# what Event(kind, key, data, seq=seq, at=at) would (a frozen slotted attrs class with
+# no validators, converters or cached hash), without the frozen __init__'s
+# object.__setattr__ per field. tests/test_ledger_properties.py holds the two equal.
+EVENT_BUILDERS = (object.__new__, *(
+    Event.__dict__[name].__set__ for name in ("kind", "key", "data", "seq", "at")
+))
+
+
+def build_event(kind: str, key: str | None, data: Any, seq: int, at: float) -> Event:
+    """``Event(kind, key, data, seq=seq, at=at)`` through :data:`EVENT_BUILDERS`."""
+    new, set_kind, set_key, set_data, set_seq, set_at = EVENT_BUILDERS
+    ev: Event = new(Event)
+    set_kind(ev, kind)
+    set_key(ev, key)
+    set_data(ev, data)
+    set_seq(ev, seq)
+    set_at(ev, at)
+    return ev
+
+
 @attrs.frozen
 class Receipt:
     """What an append committed: the batch's seqs, its time and its id."""
@@ -44,6 +65,23 @@ class Receipt:
     at: float
     batch_id: str | None = None
     duplicate: bool = False  # True when a retried batch_id was already committed
+
+
+@attrs.frozen
+class Encoded:
+    """A value already encoded as CBOR, written into its event verbatim.
+
+    The cache encodes a packet canonically anyway (its content address), so
+    it hands the log those bytes instead of the value: each packet is encoded
+    once, and the packet's bytes stand in the log exactly as they were hashed,
+    which lets a point read authenticate them with one hash. ``depth`` is how
+    many levels of maps and arrays the value nests (0 for a scalar); the
+    writer checks it against :data:`MAX_DATA_DEPTH` but trusts it, so build
+    instances only from a walk of the value (``projections.packet`` does).
+    """
+
+    cbor: bytes
+    depth: int
 
 
 #: Deepest nesting of maps/arrays an event's data may have (the data mapping is level 1).
@@ -79,6 +117,9 @@ def _walk(obj: Any, depth: int) -> bool:
             continue
         if t is dict or t is list:
             other = _walk(v, depth + 1) or other
+        elif t is Encoded:
+            if depth + v.depth > MAX_DATA_DEPTH:
+                raise _too_deep()
         else:
             _walk_other(v, depth + 1)
             other = True

@@ -45,6 +45,8 @@ import attrs
 import blake3
 import cbor2
 
+from .event import Encoded
+
 FORMAT_VERSION = 2
 #: From this version on, zeros past a segment's last frame are free space (format.md §7):
 #: writers preallocate them, and only segments of this version or newer get them.
@@ -167,7 +169,7 @@ def encode_rows(rows: list[list[Any]]) -> bytes:
     Each event is encoded on its own so its offset is known; the concatenation
     is exactly the CBOR array ``cbor2.dumps(rows)`` would give.
     """
-    enc = [cbor2.dumps(r) for r in rows]
+    enc = [cbor2.dumps(r, default=_encode_other) for r in rows]
     offs = array("I", [0]) * len(enc)
     pos = 0
     for i, e in enumerate(enc):
@@ -178,6 +180,14 @@ def encode_rows(rows: list[list[Any]]) -> bytes:
     if sys.byteorder != "little":
         offs.byteswap()
     return cbor2.dumps(offs.tobytes()) + _array_head(len(enc)) + b"".join(enc)
+
+
+def _encode_other(encoder: Any, value: Any) -> None:
+    """cbor2's hook for types it does not know: :class:`Encoded` goes in verbatim."""
+    if type(value) is Encoded:
+        encoder.write(value.cbor)
+        return
+    raise cbor2.CBOREncodeTypeError(f"cannot serialize type {type(value).__name__}")
 
 
 def _array_head(n: int) -> bytes:

@@ -70,6 +70,7 @@ from .segments import (
     read_header,
     recent_heads,
     scan_tail,
+    segment_name,
     sweep_tmp,
 )
 from .verify import VerifyReport, verify_log
@@ -366,7 +367,10 @@ class Ledger:
             self._end_stable = False
         else:  # nothing past _end but zeros: another writer cut any torn tail we saw
             self._torn = None
-        if self._end >= self._roll_at and self._torn is None:
+        if (self._end >= self._roll_at and self._torn is None
+                and (self.log_dir / segment_name(self._head + 1)).exists()):
+            # a full segment is followed by the one starting at head + 1 or by none: a
+            # stat says which without listing the directory on every look at the head
             segs = list_segments(self.log_dir)
             for k, (base, path) in enumerate(segs):
                 if base <= self._active_base:

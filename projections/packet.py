@@ -10,6 +10,7 @@ import blake3
 import cbor2
 
 from eventstore import InvalidEventError
+from eventstore.event import MAX_DATA_DEPTH, Encoded
 
 DEFAULT_MAX_PACKET_BYTES = 16 * 1024 * 1024
 LIST_FIELDS = ("paths", "symbols", "tests", "task_ids", "packet_types")
@@ -19,12 +20,119 @@ class InvalidPacketError(InvalidEventError):
     """A packet that may not be stored; nothing was written."""
 
 
+#: A packet is stored at this level of its event's data (data is 1, the packet 2).
+PACKET_LEVEL = 2
+
+
 def canonical_bytes(packet: Mapping[str, Any]) -> bytes:
     """Deterministic CBOR (sorted keys), so key order never changes the cache key."""
     try:
         return cbor2.dumps(packet, canonical=True)
     except Exception as e:
         raise InvalidPacketError(f"packet cannot be encoded: {e}") from None
+
+
+class _NotPlain(Exception):
+    """Raised by :func:`_sorted_copy` for anything but JSON's types without floats."""
+
+
+def _canonical_key(k: str) -> tuple[int, str]:
+    # canonical CBOR orders map keys by encoded length, then bytes: for str keys that is
+    # UTF-8 length, then code points (UTF-8 preserves code point order)
+    return (len(k), k) if k.isascii() else (len(k.encode()), k)
+
+
+def _sorted_copy(v: Any, level: int, deepest: list[int]) -> Any:
+    """``v`` with every map's keys in canonical order: what decoding its canonical CBOR gives."""
+    if level > deepest[0]:
+        deepest[0] = level
+    if level > MAX_DATA_DEPTH:
+        raise _NotPlain
+    if type(v) is dict:
+        out = {}
+        for k in sorted(v, key=_canonical_key) if len(v) > 1 else v:
+            if type(k) is not str:
+                raise _NotPlain
+            x = v[k]
+            tx = type(x)
+            out[k] = x if tx is str or tx is int or tx is bool or x is None else _sorted_copy(
+                x, level + 1, deepest
+            )
+        return out
+    if type(v) is list:
+        return [
+            x if type(x) is str or type(x) is int or type(x) is bool or x is None
+            else _sorted_copy(x, level + 1, deepest)
+            for x in v
+        ]
+    if type(v) is str or type(v) is int or type(v) is bool or v is None:
+        return v
+    raise _NotPlain
+
+
+def encode_packet(packet: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, int]:
+    """``(body, canonical bytes, depth)``: the packet as the log gives it back, its
+    canonical encoding and how many levels of maps and arrays it nests.
+
+    JSON's types without floats (what agents send) take a fast path: one walk
+    that copies the packet with its maps' keys in canonical order, then plain
+    CBOR of the copy, which is then byte for byte the canonical encoding
+    (``canonical_bytes``; a property test holds the two equal). Anything else
+    (floats, tuples, bytes, other mappings...) is encoded canonically and
+    decoded back.
+    """
+    deepest = [0]
+    try:
+        body = _sorted_copy(packet, 1, deepest)
+        if type(body) is not dict:
+            raise _NotPlain
+        return body, cbor2.dumps(body), deepest[0]
+    except _NotPlain:
+        pass
+    except RecursionError:
+        raise InvalidPacketError("packet nests too deeply") from None
+    data = canonical_bytes(packet)
+    try:
+        body = cbor2.loads(data)
+    except Exception as e:
+        raise InvalidPacketError(f"packet does not decode from CBOR: {e}") from None
+    return body, data, _depth(body)
+
+
+def _depth(v: Any) -> int:
+    """Levels of maps and arrays in a decoded value (sets and tags count as levels)."""
+    stack, deepest = [(v, 1)], 0
+    while stack:
+        x, level = stack.pop()
+        if isinstance(x, dict):
+            deepest = max(deepest, level)
+            stack.extend((y, level + 1) for kv in x.items() for y in kv)
+        elif isinstance(x, (list, tuple, set, frozenset)):
+            deepest = max(deepest, level)
+            stack.extend((y, level + 1) for y in x)
+        elif isinstance(x, cbor2.CBORTag):
+            deepest = max(deepest, level)
+            stack.append((x.value, level + 1))
+    return deepest
+
+
+def packet_data(canonical: bytes, depth: int, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The data of a ``cache.put`` event, with the packet's canonical bytes verbatim.
+
+    The packet comes last in the event's CBOR (keys ``bytes``, ``metadata``,
+    ``packet``, in canonical order), so a point read finds its bytes at the
+    end of the event's row: the row's last ``bytes`` bytes hash to the key.
+    """
+    data: dict[str, Any] = {"bytes": len(canonical)}
+    if metadata:
+        data["metadata"] = dict(metadata)
+    data["packet"] = Encoded(canonical, depth)
+    return data
+
+
+def packet_bytes_in_row(row: bytes, nbytes: int) -> bytes:
+    """Where :func:`packet_data` put the packet's bytes in its event's row: the end."""
+    return row[len(row) - nbytes :] if 0 < nbytes <= len(row) else b""
 
 
 def cache_key_of(canonical: bytes) -> str:
@@ -38,6 +146,13 @@ def check_packet(
 
     ``body`` is the packet decoded from its canonical bytes: what the log reads back.
     """
+    body, data, _depth = check_packet_full(packet, max_bytes)
+    return body, data
+
+
+def check_packet_fields(packet: object) -> None:
+    """The packet's own rules (a mapping, a target, lists of strings); raises
+    :class:`InvalidPacketError`."""
     if not isinstance(packet, Mapping):
         raise InvalidPacketError(f"a packet must be a JSON object, got {_json_type(packet)}")
     target = packet.get("target")
@@ -52,15 +167,28 @@ def check_packet(
             continue
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise InvalidPacketError(f"packet field {name!r} must be a list of strings")
-    data = canonical_bytes(packet)
+
+
+def _checked(packet: Mapping[str, Any], max_bytes: int) -> tuple[dict[str, Any], bytes, int]:
+    body, data, depth = encode_packet(packet)
     if len(data) > max_bytes:
         raise InvalidPacketError(
             f"packet is {len(data)} bytes encoded, over the {max_bytes}-byte limit"
         )
-    # the packet as the log will give it back (plain dicts and lists, no tuples or
-    # other mappings): views fold a fresh append from memory, a rebuild from the log
-    body: dict[str, Any] = cbor2.loads(data)
-    return body, data
+    if PACKET_LEVEL - 1 + depth > MAX_DATA_DEPTH:
+        raise InvalidPacketError(f"packet nests deeper than {MAX_DATA_DEPTH - 1} levels")
+    # body: the packet as the log will give it back (plain dicts and lists, no tuples
+    # or other mappings): views fold a fresh append from memory, a rebuild from the log
+    return body, data, depth
+
+
+def check_packet_full(
+    packet: object, max_bytes: int = DEFAULT_MAX_PACKET_BYTES
+) -> tuple[dict[str, Any], bytes, int]:
+    """:func:`check_packet`, also returning the packet's depth (for :func:`packet_data`)."""
+    check_packet_fields(packet)
+    assert isinstance(packet, Mapping)
+    return _checked(packet, max_bytes)
 
 
 def parse_packet_json(text: str | bytes) -> object:

@@ -7,14 +7,16 @@ trusts a checkpoint the log does not vouch for (DESIGN.md rule 4).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import attrs
 
 from eventstore import Event, Ledger, LedgerIOError
+from eventstore.event import EVENT_BUILDERS
 
 from .checkpoints import CheckpointDir
 
@@ -67,12 +69,16 @@ class Runner:
         every_events: int = 50_000,
         every_seconds: float = 30.0,
         close_lag: int = 256,
+        every_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.ledger = ledger
         self.ckdir = ckdir
         self.every_events = every_events
         self.every_seconds = every_seconds
+        self.every_bytes = every_bytes
         self.close_lag = close_lag
+        self._pending_bytes = 0  # packet bytes appended since the last checkpoint
+        self._ckpt_seconds = 0.0  # how long the last checkpoint took
         self.projections = {p.name: p for p in projections}
         self.views: dict[str, View] = {}
         self._claimed: dict[str, int] = {}  # watermark an unloaded view's checkpoint claims
@@ -129,22 +135,57 @@ class Runner:
         states = [v.state for v in self.views.values()]
         if not states:
             return 0
-        return fold(self.ledger, states, min(s.seq for s in states) + 1, until, progress)
+        low = min(s.seq for s in states)
+        if low >= (self.ledger.head if until is None else until):
+            return 0  # the usual case for a read: nothing new (a read would list segments)
+        return fold(self.ledger, states, low + 1, until, progress)
 
-    def fold_own(self, events: list[Event], first_seq: int, at: float) -> None:
-        """Fold a batch this process just appended without reading it back.
+    def before_append(self, count: int) -> None:
+        """Load now the views that this append would leave ``close_lag`` events behind.
 
-        Only when every loaded view stands right before the batch; otherwise
-        (another writer got in between) catch up from the log.
+        A loaded view takes the batch from memory (:meth:`fold_own`); one left
+        unloaded would have to read it back from the log later. A small append
+        to a store whose views are not loaded stays cheap: they catch up on
+        close, or when the lag has grown.
+        """
+        if len(self.views) == len(self.projections):
+            return
+        head = self.ledger.head
+        for name in self.projections:
+            if name not in self.views:
+                if name not in self._claimed:
+                    self._claimed[name] = self.ckdir.peek_seq(name) or 0
+                if head + count - self._claimed[name] >= self.close_lag:
+                    self.view(name)
+
+    def fold_own(
+        self, rows: list[tuple[str, str | None, Any]], first_seq: int, at: float, nbytes: int = 0
+    ) -> None:
+        """Fold a batch this process just appended, from memory: nothing is read back.
+
+        ``rows`` are ``(kind, key, data)`` as the log will give them back. A view
+        that is behind (another writer appended in between) first catches up
+        from the log, up to the batch.
         """
         states = [v.state for v in self.views.values()]
-        if any(st.seq != first_seq - 1 for st in states):
-            self.catch_up()
+        if any(st.seq < first_seq - 1 for st in states):
+            self.catch_up(until=first_seq - 1)
+        self._pending_bytes += nbytes
+        if not states:
             return
-        for i, e in enumerate(events):
-            ev = Event(e.kind, e.key, e.data, seq=first_seq + i, at=at)
-            for st in states:
-                st.apply(ev)
+        new, set_kind, set_key, set_data, set_seq, set_at = EVENT_BUILDERS
+        applies = [st.apply for st in states]
+        seq = first_seq
+        for kind, key, data in rows:
+            ev = new(Event)  # build_event(kind, key, data, seq, at), inlined: a hot loop
+            set_kind(ev, kind)
+            set_key(ev, key)
+            set_data(ev, data)
+            set_seq(ev, seq)
+            set_at(ev, at)
+            for apply in applies:
+                apply(ev)
+            seq += 1
 
     def close_checkpoint(self) -> int:
         """At the end of a writing session: checkpoint what moved, and any view left behind.
@@ -177,9 +218,13 @@ class Runner:
         if not self.views:
             return
         pending = max(v.state.seq - v.checkpointed_seq for v in self.views.values())
-        if pending >= self.every_events or (
-            pending and time.monotonic() - self._last_ckpt >= self.every_seconds
-        ):
+        since = time.monotonic() - self._last_ckpt
+        due = pending >= self.every_events or self._pending_bytes >= self.every_bytes or (
+            pending and since >= self.every_seconds
+        )
+        # checkpoints take at most ~10% of a writer's time: a checkpoint that took
+        # t seconds is followed by at least 9t seconds of appends before the next
+        if due and since >= 9 * self._ckpt_seconds:
             try:
                 self.checkpoint()
             except LedgerIOError as e:
@@ -190,6 +235,7 @@ class Runner:
 
     def checkpoint(self, force: bool = False) -> int:
         """Write every view whose watermark moved (``force``: every view); returns how many."""
+        started = time.monotonic()
         written = 0
         for v in self.views.values():
             seq = v.state.seq
@@ -210,6 +256,8 @@ class Runner:
             v.stale = set()
             written += 1
         self._last_ckpt = time.monotonic()
+        self._ckpt_seconds = self._last_ckpt - started
+        self._pending_bytes = 0
         self.checkpoint_error = None
         return written
 
@@ -218,6 +266,22 @@ class Runner:
         self.ckdir.remove(name)
         p = self.projections[name]
         self.views[name] = View(p, p.new(), "rebuild", [], 0)
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector (and restore it as it was).
+
+    Folds and bulk puts allocate millions of short-lived acyclic objects, and
+    the collections they trigger cost much and free nothing.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def fold(
@@ -233,13 +297,8 @@ def fold(
     millions of short-lived acyclic objects, and collections triggered by them
     cost about a third of the time, for nothing.
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return _fold(ledger, states, from_seq, until, progress)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _fold(

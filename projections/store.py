@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
+import blake3
 
 from eventstore import (
     Event,
@@ -25,8 +26,14 @@ from . import cache
 from .cache import CacheState, EntryRef
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
-from .packet import cache_key_of, check_packet
-from .runner import Progress, Projection, Runner, State, fold
+from .packet import (
+    cache_key_of,
+    canonical_bytes,
+    check_packet_full,
+    packet_bytes_in_row,
+    packet_data,
+)
+from .runner import Progress, Projection, Runner, State, fold, paused_gc
 
 if TYPE_CHECKING:
     from .recall import RecallHit
@@ -106,6 +113,17 @@ class PruneResult:
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+def _packet_matches(ev: Event, key: bytes) -> bool:
+    """Does the event's packet, encoded canonically, hash to ``key``?"""
+    packet = ev.data.get("packet") if isinstance(ev.data, dict) else None
+    if not isinstance(packet, dict):
+        return False
+    try:
+        return blake3.blake3(canonical_bytes(packet)).digest() == key
+    except LedgerError:
+        return False
 
 
 def store_dir(root: str | os.PathLike[str]) -> Path:
@@ -194,24 +212,37 @@ class ContextStore:
         packets: Iterable[Mapping[str, Any]],
         metadata: Iterable[Mapping[str, Any] | None] | None = None,
     ) -> builtins.list[PutResult]:
-        """Cache packets as one atomic batch: all of them or, on any error, none."""
+        """Cache packets as one atomic batch: all of them or, on any error, none.
+
+        Each packet is encoded once (its canonical bytes are both its content
+        address and what the log stores) and folded into the views from
+        memory once the append is durable: nothing is read back.
+        """
         pkts = list(packets)
         metas = list(metadata) if metadata is not None else [None] * len(pkts)
-        events = []
-        keys = []
-        for pkt, meta in zip(pkts, metas, strict=True):
-            body, canon = check_packet(pkt, self.config.max_packet_bytes)
-            key = cache_key_of(canon)
-            keys.append(key)
-            data: dict[str, Any] = {"packet": body, "bytes": len(canon)}
-            if meta:
-                data["metadata"] = dict(meta)
-            events.append(Event(cache.PUT, key, data))
-        if not events:
+        if len(metas) != len(pkts):
+            raise ValueError("metadata must have one entry per packet")
+        if not pkts:
             return []
-        receipt = self._append(events)
+        with paused_gc():  # many short-lived acyclic objects: collections are pure cost
+            events: builtins.list[Event] = []
+            folded: builtins.list[tuple[str, str, dict[str, Any]]] = []
+            limit = self.config.max_packet_bytes
+            nbytes = 0
+            for pkt, meta in zip(pkts, metas, strict=True):
+                body, canon, depth = check_packet_full(pkt, limit)
+                key = cache_key_of(canon)
+                data = packet_data(canon, depth, meta)
+                events.append(Event(cache.PUT, key, data))
+                fdata: dict[str, Any] = {"bytes": len(canon), "packet": body}
+                if "metadata" in data:
+                    fdata["metadata"] = data["metadata"]
+                folded.append((cache.PUT, key, fdata))
+                nbytes += len(canon)
+            receipt = self._append(events, folded, nbytes=nbytes)
         created = int(receipt.at)
-        return [PutResult(k, receipt.first_seq + i, created) for i, k in enumerate(keys)]
+        first = receipt.first_seq
+        return [PutResult(e.key, first + i, created) for i, e in enumerate(events)]  # type: ignore[arg-type]
 
     def prune(self, all: bool = False, ttl: float | None = None) -> PruneResult:
         """Tombstone expired entries (or every entry with ``all``), one event each."""
@@ -247,10 +278,20 @@ class ContextStore:
         remaining, _o, _n = self._cache().count(self._live_after())
         return PruneResult(len(events), remaining, reasons)
 
-    def _append(self, events: list[Event], expected_head: int | None = None) -> Any:
+    def _append(
+        self,
+        events: list[Event],
+        folded: list[tuple[str, str | None, Any]] | None = None,
+        expected_head: int | None = None,
+        nbytes: int = 0,
+    ) -> Any:
+        """Append, then fold ``folded`` (the events as the log will give them back;
+        default: ``events`` themselves) into the views without reading them back."""
         self._check_writable()
+        self.runner.before_append(len(events))
         receipt = self.ledger.append(events, expected_head=expected_head)
-        self.runner.fold_own(events, receipt.first_seq, receipt.at)
+        rows = folded if folded is not None else [(e.kind, e.key, e.data) for e in events]
+        self.runner.fold_own(rows, receipt.first_seq, receipt.at, nbytes)
         self.runner.maybe_checkpoint(receipt.last_seq)
         return receipt
 
@@ -314,14 +355,48 @@ class ContextStore:
         return entry
 
     def _entry(self, ref: EntryRef) -> CacheEntry:
-        for ev in self.ledger.read(ref.seq, ref.seq):
-            data = ev.data
-            raw_meta = data.get("metadata")
-            meta = dict(raw_meta) if isinstance(raw_meta, dict) else {}
-            meta.setdefault("seq", ref.seq)
-            meta.setdefault("bytes", ref.nbytes)
-            return CacheEntry(ref.cache_key, ref.target, int(ref.created_at), data["packet"], meta)
-        raise LedgerError(f"entry {ref.cache_key} points at seq {ref.seq}, which the log lacks")
+        packet, raw_meta = self._logged_packet(ref)
+        meta = dict(raw_meta) if isinstance(raw_meta, dict) else {}
+        meta.setdefault("seq", ref.seq)
+        meta.setdefault("bytes", ref.nbytes)
+        return CacheEntry(ref.cache_key, ref.target, int(ref.created_at), packet, meta)
+
+    def _logged_packet(self, ref: EntryRef) -> tuple[dict[str, Any], Any]:
+        """``(packet, metadata)`` of the entry's ``cache.put``, authenticated by its key.
+
+        A point read (about the cost of the one event, whatever its batch) whose
+        packet bytes must hash to the cache_key; a body that does not is never
+        served: the chain-verified read decides (and names damage it finds).
+        """
+        stored = self.ledger.read_raw(ref.seq)
+        if stored is None:
+            raise LedgerError(
+                f"entry {ref.cache_key} points at seq {ref.seq}, which the log lacks"
+            )
+        want = bytes.fromhex(ref.cache_key)
+        ev = None
+        try:
+            canon = packet_bytes_in_row(stored.row, ref.nbytes)
+            if blake3.blake3(canon).digest() == want:
+                ev = stored.event()  # the packet's bytes are the ones hashed: authentic
+            else:  # written before packets were stored verbatim: hash the re-encoding
+                ev = stored.event()
+                if not _packet_matches(ev, want):
+                    ev = None
+        except ValueError:
+            ev = None
+        if ev is None or ev.key != ref.cache_key or ev.kind != cache.PUT:
+            ev = None
+            for checked in self.ledger.read(ref.seq, ref.seq):  # verified: raises on damage
+                if checked.kind == cache.PUT and _packet_matches(checked, want):
+                    ev = checked
+            if ev is None:
+                raise LedgerError(
+                    f"entry {ref.cache_key}: the packet logged at seq {ref.seq} does not "
+                    "match its cache_key; run `ctxledger verify`"
+                )
+        data = ev.data
+        return data["packet"], data.get("metadata")
 
     def list(
         self,
@@ -409,12 +484,9 @@ class ContextStore:
         ref = cstate.get(hit.cache_key)
         if ref is None:
             return hit
-        for ev in self.ledger.read(ref.seq, ref.seq):
-            doc = RecallDoc.from_packet(
-                hit.cache_key, ev.data["packet"], ref.created_at, ref.nbytes
-            )
-            return attrs.evolve(hit, snippet=make_snippet(doc.texts(), list(hit.matched_tokens)))
-        return hit
+        packet, _meta = self._logged_packet(ref)
+        doc = RecallDoc.from_packet(hit.cache_key, packet, ref.created_at, ref.nbytes)
+        return attrs.evolve(hit, snippet=make_snippet(doc.texts(), list(hit.matched_tokens)))
 
     def stats(self) -> dict[str, Any]:
         self._sync()

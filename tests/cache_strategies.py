@@ -181,3 +181,14 @@ def flip_byte(path: Path, offset: int, *, in_place: bool = False) -> bytes:
         tmp.write_bytes(bytes(raw))
         os.replace(tmp, path)
     return bytes(raw)
+
+
+def put_event(packet: dict[str, Any]) -> tuple[str, Event]:
+    """``(cache_key, event)``: a well-formed ``cache.put`` whose key is its packet's
+    content address, as the store writes it (``store.get`` serves only those)."""
+    from projections import cache_key_of, canonical_bytes
+
+    canon = canonical_bytes(packet)
+    key = cache_key_of(canon)
+    return key, Event("cache.put", key, {"packet": packet, "bytes": len(canon)})
+

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cache_strategies import GOOD_KEYS, cache_events, event_batches, flip_byte, tree_bytes
+from cache_strategies import (
+    GOOD_KEYS,
+    cache_events,
+    event_batches,
+    flip_byte,
+    put_event,
+    tree_bytes,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -328,12 +335,13 @@ def test_keys_with_trailing_nul_bytes_stay_distinct(tmp_path: Path) -> None:
         for when in ("delta", "compacted"):
             if when == "compacted":
                 store.checkpoint()
-            for k in (a, b, c, "00" * 32):
-                assert store.get(k) is not None, (when, k)
-                assert store.get(k).cache_key == k  # type: ignore[union-attr]
+            for k in (a, b, c, "00" * 32):  # the view's lookup (get also checks content)
+                assert store._cache().get(k) is not None, (when, k)
+                assert store._cache().get(k).cache_key == k  # type: ignore[union-attr]
             assert [e.cache_key for e in store.list()] == sorted([a, b, c, "00" * 32])
         store.ledger.append([Event("cache.evicted", a, {"reason": "manual_prune"})])
-        assert store.get(a) is None and store.get(c) is not None
+        live = {e.cache_key for e in store.list()}
+        assert a not in live and c in live
         assert store.stats()["entries"] == 3
 
 
@@ -984,7 +992,7 @@ def test_readonly_store_never_writes(tmp_path: Path, damage: str) -> None:
     elif damage == "stale":  # checkpoint behind the log: a writer would checkpoint on close
         with Ledger.open(store_dir(tmp_path) / "log") as led:
             led.append([Event("cache.evicted", GOOD_KEYS[0], {"reason": "manual_prune"})])
-            led.append([Event("cache.put", GOOD_KEYS[1], {"packet": {"target": "z"}, "bytes": 2})])
+            led.append([put_event({"target": "z"})[1]])
         with Ledger.open(store_dir(tmp_path) / "log", readonly=True) as led:
             expected = fresh_fold(led)
     before = tree_bytes(tmp_path)
@@ -1028,6 +1036,7 @@ def test_replay_touches_no_file(tmp_path: Path) -> None:
 
 def test_unknown_and_malformed_events_are_counted(tmp_path: Path) -> None:
     k = GOOD_KEYS[0]
+    ok_key, ok_event = put_event({"target": "ok"})
     with open_store(tmp_path) as store:
         store.ledger.append(
             [
@@ -1038,12 +1047,13 @@ def test_unknown_and_malformed_events_are_counted(tmp_path: Path) -> None:
                 Event("cache.put", k, {"packet": {"target": 7}}),
                 Event("cache.evicted", k, {}),
                 Event("cache.evicted", None, {"reason": "manual_prune"}),
-                Event("cache.put", k, {"packet": {"target": "ok"}, "bytes": 3}),
+                ok_event,
                 Event(
                     "cache.evicted", GOOD_KEYS[1], {"reason": "manual_prune"}
                 ),  # not there: no-op
             ]
         )
+        k = ok_key
         st_ = store.stats()
         assert st_["skipped_unknown_events"] == 2
         assert st_["skipped_bad_events"] == 5
@@ -1058,11 +1068,9 @@ def test_unknown_and_malformed_events_are_counted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("meta", ["abc", 5, ["x"]])
 def test_get_of_an_entry_with_malformed_metadata_does_not_crash(tmp_path: Path, meta: Any) -> None:
-    k = GOOD_KEYS[0]
+    k, ev = put_event({"target": "t"})
     with open_store(tmp_path) as store:
-        store.ledger.append(
-            [Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 1, "metadata": meta})]
-        )
+        store.ledger.append([Event("cache.put", k, {**ev.data, "metadata": meta})])
         entry = store.get(k)
         assert entry is not None and entry.body == {"target": "t"}
 
