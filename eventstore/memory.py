@@ -126,14 +126,14 @@ class MemoryLog:
             self._check_open()
             # frames are never changed once appended: reading the first n needs no lock
             frames, digests, n = self._frames, self._digests, len(self._frames)
-            i = self._frame_of(max(1, from_seq))
-        if to_seq is not None and to_seq < from_seq:
+            lo = max(1, from_seq)
+            i = self._frame_of(lo) if lo <= self._head else n
+        if to_seq is not None and to_seq < lo:
             return
-        for j in range(max(i, 0), n):
-            batch = self._checked(frames[j], j, digests[j - 1] if j else GENESIS_DIGEST)
-            if to_seq is not None and batch.first_seq > to_seq:
+        for j in range(i, n):
+            if to_seq is not None and self._firsts[j] > to_seq:
                 return
-            yield batch
+            yield self._checked(frames[j], j, digests[j - 1] if j else GENESIS_DIGEST)
 
     def read_raw(self, seq: int) -> StoredEvent | None:
         with self._mutex:

@@ -69,9 +69,12 @@ def write_log(path: Path, batches: list[list[Event]], segment_bytes: int = 4096)
 
 def read_all(path: Path) -> list[Batch]:
     with Ledger.open(path, readonly=True) as led:
-        return [
-            (first, [(r[0], r[1], r[2]) for r in rws]) for _at, first, rws in led.read_batches()
-        ]
+        return [as_written(b) for b in led.read_batches()]
+
+
+def as_written(batch: Any) -> Batch:
+    """A batch read back, in the shape :func:`write_log` records."""
+    return (batch.first_seq, [(e.kind, e.key, e.data) for e in batch.events])
 
 
 def segments(path: Path) -> list[Path]:
@@ -167,7 +170,7 @@ def test_any_single_bit_flip_is_detected_and_never_read(
                 assert events == flat[: len(events)]
         with Ledger.open(path) as led:  # a writer's reads obey the same rule
             try:
-                got = [(first, [tuple(r) for r in rws]) for _at, first, rws in led.read_batches()]
+                got = [as_written(b) for b in led.read_batches()]
             except CorruptLogError:
                 pass
             else:
