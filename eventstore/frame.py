@@ -68,8 +68,9 @@ _AT = struct.Struct(">d")
 class FrameError(Exception):
     """A frame that does not check out (structure, seq or digest): torn or corrupt.
 
-    The caller decides which (DESIGN.md rules 2 and 3); ``next_seq`` is the seq
-    the failing frame should have started at, when the raiser knows it.
+    The caller decides which (failure rules 2 and 3 in docs/architecture.md);
+    ``next_seq`` is the seq the failing frame should have started at, when the
+    raiser knows it.
     """
 
     def __init__(self, offset: int, reason: str, next_seq: int = 0) -> None:
@@ -461,7 +462,8 @@ def has_valid_frame_after(buf: bytes | memoryview, off: int, min_seq: int) -> bo
     """Is there a well-formed frame header anywhere after ``off``?
 
     This is what separates a torn tail (nothing valid follows) from media
-    corruption (valid frames follow bad bytes): DESIGN.md failure rules 2 and 3.
+    corruption (valid frames follow bad bytes): failure rules 2 and 3 in
+    docs/architecture.md.
     """
     data = bytes(buf) if isinstance(buf, memoryview) else buf
     pos = off + 1
