@@ -38,6 +38,7 @@ SEGMENT_NAME = "memory"
 class MemoryLog:
     """A log that lives as long as the object. Thread-safe; one handle, no files.
 
+    Each method keeps the contract in :class:`~.backend.LogBackend`'s docstrings.
     Every committed ``batch_id`` stays recognised (there is no window).
     ``clock`` gives unix seconds; a batch's ``at`` never goes backwards.
     """
