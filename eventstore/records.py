@@ -36,9 +36,8 @@ class Batch:
         cls, first_seq: int, at: float, batch_id: str | None, rows: Sequence[Any]
     ) -> Batch:
         """Build from decoded ``[kind, key, data]`` rows; ``ValueError`` on another shape."""
-        return cls(first_seq, at, batch_id, tuple(
-            event_of_row(row, first_seq + i, at) for i, row in enumerate(rows)
-        ))
+        events = tuple(event_of_row(row, first_seq + i, at) for i, row in enumerate(rows))
+        return cls(first_seq, at, batch_id, events)
 
 
 @attrs.frozen
