@@ -15,10 +15,13 @@ from .errors import (
 )
 from .event import Event, Receipt
 from .ledger import SYNC_MODES, Ledger
+from .memory import MemoryLog
+from .records import Batch, StoredEvent
 from .verify import Problem, VerifyReport
 
 __all__ = [
     "SYNC_MODES",
+    "Batch",
     "CorruptLogError",
     "Event",
     "HeadMismatchError",
@@ -29,8 +32,10 @@ __all__ = [
     "LedgerIOError",
     "LockTimeout",
     "LogBackend",
+    "MemoryLog",
     "Problem",
     "Receipt",
+    "StoredEvent",
     "StoreNotFoundError",
     "UnsupportedFormatError",
     "VerifyReport",

@@ -10,6 +10,7 @@ import attrs
 import cbor2
 
 from .errors import InvalidEventError
+from .frame import Encoded, encode_rows
 
 KIND_RE = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 MAX_KIND_LEN = 200
@@ -65,23 +66,6 @@ class Receipt:
     at: float
     batch_id: str | None = None
     duplicate: bool = False  # True when a retried batch_id was already committed
-
-
-@attrs.frozen
-class Encoded:
-    """A value already encoded as CBOR, written into its event verbatim.
-
-    The cache encodes a packet canonically anyway (its content address), so
-    it hands the log those bytes instead of the value: each packet is encoded
-    once, and the packet's bytes stand in the log exactly as they were hashed,
-    which lets a point read authenticate them with one hash. ``depth`` is how
-    many levels of maps and arrays the value nests (0 for a scalar); the
-    writer checks it against :data:`MAX_DATA_DEPTH` but trusts it, so build
-    instances only from a walk of the value (``projections.packet`` does).
-    """
-
-    cbor: bytes
-    depth: int
 
 
 #: Deepest nesting of maps/arrays an event's data may have (the data mapping is level 1).
@@ -204,3 +188,29 @@ def check_batch(events: Iterable[object]) -> tuple[list[list[Any]], bool]:
             other = True
         rows.append([e.kind, e.key, e.data])  # type: ignore[attr-defined]
     return rows, other
+
+
+def encode_batch(events: Iterable[object], batch_id: str | None) -> tuple[bytes, int]:
+    """Validate a batch and its id; return its rows as :func:`~.frame.encode_rows`
+    gives them, and how many there are.
+
+    Everything a writer must refuse is refused here, as
+    :class:`InvalidEventError`, before any byte is written.
+    """
+    rows, needs_trial_decode = check_batch(events)
+    if not rows:
+        raise InvalidEventError("a batch needs at least one event")
+    if batch_id is not None and (
+        not isinstance(batch_id, str) or not batch_id or len(batch_id) > 200
+    ):
+        raise InvalidEventError("batch_id must be a non-empty string of at most 200 characters")
+    try:
+        encoded = encode_rows(rows)
+    except Exception as e:
+        raise InvalidEventError(f"event data cannot be encoded as CBOR: {e}") from None
+    if needs_trial_decode:
+        try:
+            cbor2.loads(b"\x82" + encoded)  # [offsets, events]
+        except Exception as e:
+            raise InvalidEventError(f"event data would not decode from CBOR: {e}") from None
+    return encoded, len(rows)

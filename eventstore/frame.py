@@ -45,8 +45,6 @@ import attrs
 import blake3
 import cbor2
 
-from .event import Encoded
-
 FORMAT_VERSION = 2
 #: From this version on, zeros past a segment's last frame are free space (format.md §7):
 #: writers preallocate them, and only segments of this version or newer get them.
@@ -67,11 +65,30 @@ _COUNTS = struct.Struct("<IIQ")
 _AT = struct.Struct(">d")
 
 
+@attrs.frozen
+class Encoded:
+    """A value already encoded as CBOR, written into its event verbatim.
+
+    The cache encodes a packet canonically anyway (its content address), so
+    it hands the log those bytes instead of the value: each packet is encoded
+    once, and the packet's bytes stand in the log exactly as they were hashed,
+    which lets a point read authenticate them with one hash. ``depth`` is how
+    many levels of maps and arrays the value nests (0 for a scalar); the
+    writer checks it against ``event.MAX_DATA_DEPTH`` but trusts it, so build
+    instances only from a walk of the value (``projections.packet`` does).
+    """
+
+    cbor: bytes
+    depth: int
+
+
+
 class FrameError(Exception):
     """A frame that does not check out (structure, seq or digest): torn or corrupt.
 
-    The caller decides which (DESIGN.md rules 2 and 3); ``next_seq`` is the seq
-    the failing frame should have started at, when the raiser knows it.
+    The caller decides which (failure rules 2 and 3 in docs/architecture.md);
+    ``next_seq`` is the seq the failing frame should have started at, when the
+    raiser knows it.
     """
 
     def __init__(self, offset: int, reason: str, next_seq: int = 0) -> None:
@@ -230,6 +247,38 @@ def decode_rows_at(payload: bytes | memoryview, lo: int, hi: int) -> list[Any] |
     caller has already proved these bytes authentic.
     """
     mv = memoryview(payload)
+    table = _rows_table(mv)
+    if table is None or not 0 <= lo < hi <= table[2]:
+        return None
+    out = []
+    for i in range(lo, hi):
+        span = _row_span(table, i, len(mv))
+        if span is None:
+            return None
+        try:
+            out.append(cbor2.loads(mv[span[0] : span[1]]))
+        except Exception:
+            return None
+    return out
+
+
+def row_bounds(payload: bytes | memoryview, i: int) -> tuple[int, int] | None:
+    """Where event ``i``'s own CBOR ``[kind, key, data]`` lies in a payload, or None.
+
+    Reads only the payload's head and two offsets, so a point read costs the
+    size of one event whatever the batch holds. It checks structure (the
+    heads, and that the event's bytes lie inside the payload), not content:
+    the chain digest covers the whole payload, which this does not read.
+    """
+    mv = memoryview(payload)
+    table = _rows_table(mv)
+    if table is None or not 0 <= i < table[2]:
+        return None
+    return _row_span(table, i, len(mv))
+
+
+def _rows_table(mv: memoryview) -> tuple[memoryview, int, int] | None:
+    """``(offsets, start of the events, count)`` of a payload with per-event offsets."""
     size = len(mv)
     pos = _after_head(mv)
     if pos is None:
@@ -238,29 +287,21 @@ def decode_rows_at(payload: bytes | memoryview, lo: int, hi: int) -> list[Any] |
     if got is None:
         return None
     olen, pos = got
-    if pos + olen > size or olen % 4:
+    if pos + olen > size or olen % 4 or sys.byteorder != "little":
         return None
-    offs = mv[pos : pos + olen].cast("I") if sys.byteorder == "little" else None
-    if offs is None:
-        return None
-    pos += olen
-    got = _uint_head(mv, pos, 0x80)  # the events array
+    offs = mv[pos : pos + olen].cast("I")
+    got = _uint_head(mv, pos + olen, 0x80)  # the events array
     if got is None:
         return None
     count, start = got
-    if count * 4 != olen or not 0 <= lo < hi <= count:
-        return None
-    out = []
-    for i in range(lo, hi):
-        a = start + offs[i]
-        b = start + offs[i + 1] if i + 1 < count else size
-        if not start <= a < b <= size:
-            return None
-        try:
-            out.append(cbor2.loads(mv[a:b]))
-        except Exception:
-            return None
-    return out
+    return (offs, start, count) if count * 4 == olen else None
+
+
+def _row_span(table: tuple[memoryview, int, int], i: int, size: int) -> tuple[int, int] | None:
+    offs, start, count = table
+    a = start + offs[i]
+    b = start + offs[i + 1] if i + 1 < count else size
+    return (a, b) if start <= a < b <= size else None
 
 
 def _after_head(mv: memoryview) -> int | None:
@@ -447,7 +488,8 @@ def has_valid_frame_after(buf: bytes | memoryview, off: int, min_seq: int) -> bo
     """Is there a well-formed frame header anywhere after ``off``?
 
     This is what separates a torn tail (nothing valid follows) from media
-    corruption (valid frames follow bad bytes): DESIGN.md failure rules 2 and 3.
+    corruption (valid frames follow bad bytes): failure rules 2 and 3 in
+    docs/architecture.md.
     """
     data = bytes(buf) if isinstance(buf, memoryview) else buf
     pos = off + 1

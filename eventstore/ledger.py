@@ -53,7 +53,8 @@ from .frame import (
     segment_header_is_torn,
 )
 from .lock import WriterLock
-from .point import PointReader, StoredEvent
+from .point import PointReader
+from .records import Batch, StoredEvent
 from .segments import (
     PREALLOC_BYTES,
     FrameIndex,
@@ -607,7 +608,8 @@ class Ledger:
 
         Opening trusts a clean ending (the fast path), which cannot see bad bytes
         in the middle of the segment. A writer must not append behind media
-        corruption (DESIGN.md rule 3: fail closed, never modify the damaged file).
+        corruption (failure rule 3 in docs/architecture.md: fail closed, never modify the
+        damaged file).
         """
         if self._active_checked or self._active_path is None:
             return
@@ -813,14 +815,9 @@ class Ledger:
         """Events with ``from_seq <= seq <= to_seq``, checked against the chain."""
         return cast(Iterator[Event], self._scan(max(1, from_seq), to_seq, _EVENTS))
 
-    def read_batches(
-        self, from_seq: int = 1, to_seq: int | None = None
-    ) -> Iterator[tuple[float, int, list[list[Any]]]]:
-        """Whole batches ``(at, first_seq, rows)`` overlapping the range, in order."""
-        return cast(
-            Iterator[tuple[float, int, list[list[Any]]]],
-            self._scan(max(1, from_seq), to_seq, _BATCHES),
-        )
+    def read_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Batch]:
+        """Whole batches overlapping the range, in order, checked against the chain."""
+        return cast(Iterator[Batch], self._scan(max(1, from_seq), to_seq, _BATCHES))
 
     def read_raw(self, seq: int) -> StoredEvent | None:
         """Event ``seq`` alone, at about the cost of its own bytes (see ``point.py``).
@@ -862,7 +859,7 @@ class Ledger:
     def _scan(self, from_seq: int, to_seq: int | None, mode: int) -> Iterator[Any]:
         """The one read loop: frames overlapping ``[from_seq, to_seq]``, fully checked.
 
-        Yields ``(at, first_seq, rows)`` per batch (``_BATCHES``), one ``Event``
+        Yields one :class:`Batch` per batch (``_BATCHES``), one ``Event``
         per seq (``_EVENTS``) or ``(first_seq, last_seq, digest)`` per frame
         (``_DIGESTS``). Every frame it passes is checked structurally (header
         crc, bounds, footer, count, seq continuity); every frame it yields from
@@ -1001,7 +998,11 @@ class Ledger:
                                 )
                             frame_off, off = off + data_off, end
                             if mode == _BATCHES:
-                                yield at, first, rows
+                                try:
+                                    batch = Batch.of_rows(first, at, obj[1], rows)
+                                except ValueError as e:
+                                    raise CorruptLogError(path, frame_off, str(e)) from None
+                                yield batch
                                 continue
                             lo = from_seq - first if from_seq > first else 0
                             if bounded and stop_seq < nxt - 1:

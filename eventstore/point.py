@@ -19,11 +19,7 @@ from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
 
-import attrs
-import cbor2
-
 from .errors import LedgerIOError
-from .event import Event
 from .frame import (
     FOOTER,
     FOOTER_MAGIC,
@@ -32,7 +28,9 @@ from .frame import (
     PAYLOAD_HEAD_MAX,
     parse_frame_head,
     payload_layout,
+    row_bounds,
 )
+from .records import StoredEvent
 from .segments import (
     FrameIndex,
     data_end,
@@ -46,25 +44,6 @@ WHOLE_FRAME_BYTES = 64 * 1024
 #: Segments a reader keeps open (least recently used closed first).
 OPEN_SEGMENTS = 16
 _OFFS = struct.Struct("<II")
-
-
-@attrs.frozen
-class StoredEvent:
-    """One event's own CBOR bytes (``[kind, key, data]``) as written inside its batch."""
-
-    seq: int
-    at: float
-    row: bytes
-
-    def event(self) -> Event:
-        """Decode the row; ``ValueError`` when the bytes are not an event."""
-        try:
-            kind, key, data = cbor2.loads(self.row)
-        except Exception as e:
-            raise ValueError(f"event {self.seq} does not decode: {e}") from None
-        if not isinstance(kind, str) or not isinstance(data, dict):
-            raise ValueError(f"event {self.seq} is not [kind, key, data]")
-        return Event(kind, key, data, seq=self.seq, at=float(self.at))
 
 
 class _Open:
@@ -197,15 +176,10 @@ def _event_in_frame(fd: int, off: int, n: int, first: int, count: int, seq: int)
             raise ValueError(f"bad frame footer at byte {off}")
         payload = memoryview(frame)[FRAME_HEADER_SIZE : FRAME_HEADER_SIZE + n]
         layout = payload_layout(payload, count)
-        if layout is None:
+        span = row_bounds(payload, i) if layout is not None else None
+        if span is None:
             raise ValueError(f"frame at byte {off} has no per-event offsets")
-        at, offs_start, rows_start = layout
-        a = rows_start + int.from_bytes(payload[offs_start + 4 * i : offs_start + 4 * i + 4],
-                                        "little")
-        b = (rows_start + int.from_bytes(payload[offs_start + 4 * i + 4 : offs_start + 4 * i + 8],
-                                         "little") if i + 1 < count else n)
-        if not rows_start <= a < b <= n:
-            raise ValueError(f"event {seq} has bad bounds in the frame at byte {off}")
+        at, (a, b) = layout[0], span
         return StoredEvent(seq, at, bytes(payload[a:b]))
     head = pread_all(fd, min(n, PAYLOAD_HEAD_MAX + 16), p0)
     layout = payload_layout(head, count)

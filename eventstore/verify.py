@@ -62,7 +62,7 @@ class VerifyReport:
         }
 
 
-def _check_rows(rows: Sequence[Any], count: int) -> str | None:
+def check_rows(rows: Sequence[Any], count: int) -> str | None:
     if len(rows) != count:
         return f"frame header says {count} events, payload holds {len(rows)}"
     for row in rows:
@@ -126,7 +126,7 @@ def verify_log(log_dir: Path) -> VerifyReport:
             for info in iter_frames(data, SEGMENT_HEADER_SIZE, digest, next_seq):
                 try:
                     _at, _bid, rows = decode_payload(payload_of(data, info))
-                    bad = _check_rows(rows, info.count)
+                    bad = check_rows(rows, info.count)
                 except ValueError as e:
                     bad = str(e)
                 if bad:

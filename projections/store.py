@@ -337,10 +337,10 @@ class ContextStore:
         if isinstance(as_of, int):
             return min(as_of, self.ledger.head)
         last = 0
-        for at, first, rows in self.ledger.read_batches(1):
-            if at > as_of:
+        for batch in self.ledger.read_batches(1):
+            if batch.at > as_of:
                 break
-            last = first + len(rows) - 1
+            last = batch.last_seq
         return last
 
     def get(self, key: str) -> CacheEntry | None:
@@ -595,10 +595,10 @@ def replay(
             seq = min(until, led.head)
         else:
             seq = 0
-            for at, first, rows in led.read_batches(1):
-                if at > until:
+            for batch in led.read_batches(1):
+                if batch.at > until:
                     break
-                seq = first + len(rows) - 1
+                seq = batch.last_seq
         start = time.perf_counter()
         n = fold(led, states, 1, seq, progress)
         secs = time.perf_counter() - start

@@ -754,7 +754,7 @@ def test_every_command_has_help_and_docs(path: tuple[str, ...], cmd: click.Comma
     res = cli(*path, "--help")
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("Usage: ctxledger")
-    if not isinstance(cmd, click.Group):  # DESIGN.md: every command takes --root and --json
+    if not isinstance(cmd, click.Group):  # docs/cli.md: every command takes --root and --json
         opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
         assert {"--root", "--json"} <= opts, f"{' '.join(path)} lacks --root/--json"
 

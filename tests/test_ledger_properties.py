@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import pytest
 import strategies as S
 from hypothesis import HealthCheck, assume, given, settings
@@ -38,6 +39,7 @@ from eventstore.frame import (
     last_frame_by_footer,
     payload_of,
     read_frame_header,
+    row_bounds,
 )
 
 IO = settings(
@@ -69,9 +71,12 @@ def write_log(path: Path, batches: list[list[Event]], segment_bytes: int = 4096)
 
 def read_all(path: Path) -> list[Batch]:
     with Ledger.open(path, readonly=True) as led:
-        return [
-            (first, [(r[0], r[1], r[2]) for r in rws]) for _at, first, rws in led.read_batches()
-        ]
+        return [as_written(b) for b in led.read_batches()]
+
+
+def as_written(batch: Any) -> Batch:
+    """A batch read back, in the shape :func:`write_log` records."""
+    return (batch.first_seq, [(e.kind, e.key, e.data) for e in batch.events])
 
 
 def segments(path: Path) -> list[Path]:
@@ -167,7 +172,7 @@ def test_any_single_bit_flip_is_detected_and_never_read(
                 assert events == flat[: len(events)]
         with Ledger.open(path) as led:  # a writer's reads obey the same rule
             try:
-                got = [(first, [tuple(r) for r in rws]) for _at, first, rws in led.read_batches()]
+                got = [as_written(b) for b in led.read_batches()]
             except CorruptLogError:
                 pass
             else:
@@ -274,14 +279,18 @@ def test_one_event_decodes_without_the_rest(
     hi = data.draw(st.integers(lo + 1, len(rows)))
     assert decode_rows_at(payload, lo, hi) == rows[lo:hi]
     assert decode_rows_at(payload, lo, len(rows) + 1) is None  # out of range: caller decodes all
+    # a point read's bytes: the event's own CBOR, exactly as encoded on its own
+    for i, row in enumerate(rows):
+        span = row_bounds(payload, i)
+        assert span is not None and payload[span[0] : span[1]] == cbor2.dumps(row)
+    assert row_bounds(payload, len(rows)) is None and row_bounds(payload, -1) is None
 
 
 def test_payloads_written_before_offsets_still_decode() -> None:
-    import cbor2
-
     rows = [["task.note", "t1", {"n": 1}], ["task.note", None, {}]]
     assert decode_payload(cbor2.dumps([1.0, None, rows])) == (1.0, None, rows)
     assert decode_rows_at(cbor2.dumps([1.0, None, rows]), 0, 1) is None  # caller decodes all
+    assert row_bounds(cbor2.dumps([1.0, None, rows]), 0) is None  # no offsets: no point read
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

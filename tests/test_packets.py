@@ -236,7 +236,7 @@ def test_put_many_is_one_batch(tmp_path: Path) -> None:
         assert [r.cache_key for r in rs] == [key_of(p) for p in pkts]
         assert len({r.created_at_unix for r in rs}) == 1
         batches = list(store.ledger.read_batches(1))
-        assert len(batches) == 1 and len(batches[0][2]) == 5
+        assert len(batches) == 1 and len(batches[0].events) == 5
         assert store.put_many([]) == []
         assert store.ledger.head == 5
 
