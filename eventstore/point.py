@@ -177,7 +177,7 @@ def _event_in_frame(fd: int, off: int, n: int, first: int, count: int, seq: int)
         payload = memoryview(frame)[FRAME_HEADER_SIZE : FRAME_HEADER_SIZE + n]
         layout = payload_layout(payload, count)
         span = row_bounds(payload, i) if layout is not None else None
-        if span is None:
+        if layout is None or span is None:
             raise ValueError(f"frame at byte {off} has no per-event offsets")
         at, (a, b) = layout[0], span
         return StoredEvent(seq, at, bytes(payload[a:b]))

@@ -2,7 +2,8 @@
 
 A projection is a name, a version and a state type whose ``apply(event)`` is a
 no-op at or below the state's own ``seq`` (its watermark). The runner never
-trusts a checkpoint the log does not vouch for (DESIGN.md rule 4).
+trusts a checkpoint the log does not vouch for (failure rule 4,
+docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from eventstore import Event, Ledger, LedgerIOError
+from eventstore import Event, LedgerIOError, LogBackend
 from eventstore.event import EVENT_BUILDERS
 
 from .checkpoints import CheckpointDir
@@ -62,7 +63,7 @@ class Runner:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: LogBackend,
         ckdir: CheckpointDir,
         projections: list[Projection],
         *,
@@ -285,7 +286,7 @@ def paused_gc() -> Iterator[None]:
 
 
 def fold(
-    ledger: Ledger,
+    ledger: LogBackend,
     states: list[State],
     from_seq: int,
     until: int | None = None,
@@ -302,7 +303,7 @@ def fold(
 
 
 def _fold(
-    ledger: Ledger,
+    ledger: LogBackend,
     states: list[State],
     from_seq: int,
     until: int | None,

@@ -19,6 +19,7 @@ from eventstore import (
     Ledger,
     LedgerError,
     LedgerIOError,
+    LogBackend,
     StoreNotFoundError,
 )
 
@@ -148,7 +149,7 @@ class ContextStore:
     def __init__(
         self,
         root: Path,
-        ledger: Ledger,
+        ledger: LogBackend,
         runner: Runner,
         config: StoreConfig,
         clock: Callable[[], float],
@@ -162,6 +163,7 @@ class ContextStore:
         self.clock = clock
         self.readonly = readonly
         self._closed = False
+        self._owns_log = True
 
     @classmethod
     def open(
@@ -173,16 +175,27 @@ class ContextStore:
         config: StoreConfig | None = None,
         progress: Progress | None = None,
         map_checkpoints: bool = False,
+        log: LogBackend | None = None,
     ) -> ContextStore:
+        """The store of ``root`` (``root/.ctxledger/``) over ``log``: any backend
+        (``MemoryLog()``, say), or None for the file log in ``.ctxledger/log/``.
+
+        Checkpoints live in ``.ctxledger/checkpoints/`` whatever the backend;
+        a log passed in stays the caller's to close.
+        """
         rootp = Path(root)
         path = store_dir(rootp)
-        if readonly and not (path / "log").is_dir():
+        if readonly and log is None and not (path / "log").is_dir():
             raise StoreNotFoundError(path)
         cfg = config or StoreConfig.load(path / "config.toml")
         if not readonly:
-            for sub in ("log", "checkpoints", "artifacts"):
+            for sub in ("log", "checkpoints", "artifacts") if log is None else ("checkpoints",):
                 (path / sub).mkdir(parents=True, exist_ok=True)
-        ledger = Ledger.open(path / "log", readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
+        owned = log is None
+        ledger: LogBackend = (
+            Ledger.open(path / "log", readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
+            if log is None else log
+        )
         try:
             runner = Runner(
                 ledger,
@@ -195,9 +208,12 @@ class ContextStore:
             if progress is not None:  # the caller wants to watch the views load now
                 runner.load_all(progress)
         except BaseException:
-            ledger.close()
+            if owned:
+                ledger.close()
             raise
-        return cls(rootp, ledger, runner, cfg, clock, readonly)
+        store = cls(rootp, ledger, runner, cfg, clock, readonly)
+        store._owns_log = owned
+        return store
 
     # --- writing --------------------------------------------------------------------
 
@@ -226,7 +242,7 @@ class ContextStore:
             return []
         with paused_gc():  # many short-lived acyclic objects: collections are pure cost
             events: builtins.list[Event] = []
-            folded: builtins.list[tuple[str, str, dict[str, Any]]] = []
+            folded: builtins.list[tuple[str, str | None, Any]] = []
             limit = self.config.max_packet_bytes
             nbytes = 0
             for pkt, meta in zip(pkts, metas, strict=True):
@@ -571,7 +587,8 @@ class ContextStore:
         finally:
             self._closed = True
             self.runner.ckdir.close()
-            self.ledger.close()
+            if self._owns_log:
+                self.ledger.close()
 
     def __enter__(self) -> ContextStore:
         return self

@@ -48,6 +48,7 @@ from eventstore.frame import (
     payload_prefix,
 )
 
+
 def ev(i: int, kind: str = "test.event", key: str | None = None, **extra: Any) -> Event:
     return Event(kind, key, {"i": i, **extra})
 

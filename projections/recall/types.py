@@ -81,7 +81,8 @@ class RecallDoc:
     def from_packet(
         cls, cache_key: str, packet: dict[str, Any], created_at: float, est_bytes: int
     ) -> RecallDoc:
-        """Build from a packet as in DESIGN.md; payload strings collected recursively."""
+        """Build from a packet (docs/recall.md: the indexed fields); payload strings collected
+        recursively."""
         get = packet.get
         summary = get("summary")
         target = get("target")
