@@ -44,6 +44,7 @@ EVICTION_REASONS = ("expired_ttl", "manual_prune", "corrupt_load_recovery")
 
 
 Row = tuple[int, float, int, int]  # (seq, created_at, target_id, nbytes)
+_ROW_DTYPE = [("seq", "<i8"), ("created", "<f8"), ("tid", "<i4"), ("nbytes", "<i8")]
 
 
 @attrs.frozen
@@ -148,18 +149,16 @@ class CacheState:
             return keys, seqs, created, tids, nbytes
         dkeys = np.array(list(self.delta), dtype="S32")
         keep = ~np.isin(keys, dkeys) if len(keys) else np.zeros(0, dtype=bool)
-        rows = [(k, r) for k, r in self.delta.items() if r is not None]
-        nk = np.array([k for k, _ in rows], dtype="S32")
-        cols = [
-            np.array([r[i] for _, r in rows], dtype=dt)
-            for i, dt in enumerate((np.int64, np.float64, np.int32, np.int64))
-        ]
+        live = [k for k, r in self.delta.items() if r is not None]
+        nk = np.array(live, dtype="S32")
+        # one C-level conversion of the row tuples (a structured array keeps the ints exact)
+        rows = np.array([r for r in self.delta.values() if r is not None], dtype=_ROW_DTYPE)
         return (
             np.concatenate([keys[keep], nk]),
-            np.concatenate([seqs[keep], cols[0]]),
-            np.concatenate([created[keep], cols[1]]),
-            np.concatenate([tids[keep], cols[2]]),
-            np.concatenate([nbytes[keep], cols[3]]),
+            np.concatenate([seqs[keep], rows["seq"]]),
+            np.concatenate([created[keep], rows["created"]]),
+            np.concatenate([tids[keep], rows["tid"]]),
+            np.concatenate([nbytes[keep], rows["nbytes"]]),
         )
 
     def select(

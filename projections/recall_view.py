@@ -17,6 +17,7 @@ from eventstore import Event
 
 from .cache import EVICTED, PUT, parse_evict, parse_put
 from .recall import RecallDoc, RecallIndex
+from .runner import paused_gc
 
 NAME = "recall"
 VERSION = 3  # keep in step with projections.store.RECALL
@@ -40,8 +41,13 @@ class RecallState:
         if self._pending:
             docs = list(self._pending.values())
             self._pending = {}
-            self._index.add_many(docs)
+            with paused_gc():  # a bulk build: millions of acyclic temporaries
+                self._index.add_many(docs)
         return self._index
+
+    def settle(self) -> None:
+        """Index the documents folded so far (a rebuild times this with the fold)."""
+        self.index  # noqa: B018  (the property builds)
 
     def apply(self, event: Event) -> None:
         if event.seq <= self.seq:

@@ -237,6 +237,15 @@ class Runner:
     def checkpoint(self, force: bool = False) -> int:
         """Write every view whose watermark moved (``force``: every view); returns how many."""
         started = time.monotonic()
+        with paused_gc():
+            written = self._write_checkpoints(force)
+        self._last_ckpt = time.monotonic()
+        self._ckpt_seconds = self._last_ckpt - started
+        self._pending_bytes = 0
+        self.checkpoint_error = None
+        return written
+
+    def _write_checkpoints(self, force: bool) -> int:
         written = 0
         for v in self.views.values():
             seq = v.state.seq
@@ -256,10 +265,6 @@ class Runner:
             v.loaded_from = "primary"
             v.stale = set()
             written += 1
-        self._last_ckpt = time.monotonic()
-        self._ckpt_seconds = self._last_ckpt - started
-        self._pending_bytes = 0
-        self.checkpoint_error = None
         return written
 
     def reset(self, name: str) -> None:
