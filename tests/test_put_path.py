@@ -177,3 +177,18 @@ def test_point_read_of_a_corrupt_body_fails_closed(tmp_path: Path) -> None:
         assert store.get(res[5].cache_key) is not None  # other events of the batch still serve
         with pytest.raises(CorruptLogError):
             store.get(res[1234].cache_key)
+
+
+_key32 = st.binary(min_size=32, max_size=32)
+
+
+@given(st.lists(_key32 | st.sampled_from([b"\0" * 32, b"\xff" * 32, b"\0" * 8 + b"\1" * 24]),
+                max_size=300, unique=True), _key32, st.data())
+def test_find_key_equals_binary_search(keys: list[bytes], probe: bytes, data: Any) -> None:
+    from projections.cache import find_key, find_key_plain
+
+    keys.sort()
+    buf = memoryview(b"".join(keys))
+    for k in [probe, *(keys[:3]), *(keys[-3:]), *([data.draw(st.sampled_from(keys))] if keys
+                                                   else [])]:
+        assert find_key(buf, len(keys), k) == find_key_plain(buf, len(keys), k)
