@@ -85,7 +85,7 @@ class Ledger:
             sync=sync,
             sync_interval=sync_interval,
             segment_bytes=segment_bytes,
-            clock=clock,
+            clock=lambda: self.clock(),  # read per append: a test may move it
             forget_segment=self._reader.drop_index,
         )
 
@@ -107,7 +107,8 @@ class Ledger:
         """Open (and unless ``readonly``, create) the log in ``log_dir``.
 
         ``clock`` gives the unix time a batch is stamped with (``at``; never
-        before the last batch's), so tests can move time without sleeping.
+        before the last batch's), so tests can move time without sleeping;
+        the :attr:`clock` attribute may be replaced while the log is open.
         A corrupt log still opens, so that :meth:`verify` can report on it;
         reads, appends and :attr:`head` then raise :class:`CorruptLogError`.
         """
