@@ -379,8 +379,7 @@ def parse_frame_head(buf: bytes | memoryview, off: int) -> tuple[int, int, int, 
 #: What :func:`walk_frames` yields per frame: ``(offset, end, first_seq, count,
 #: digest, payload_start, payload_end)``, plain ints and bytes (no object per frame).
 FrameTuple = tuple[int, int, int, int, bytes, int, int]
-#: A seq past every real one (seqs are u64): as ``verify_from`` no digest is
-#: checked, as ``stop_after`` the walk never stops early.
+#: A seq past every real one (seqs are u64): as ``stop_after``, the walk never stops early.
 PAST_ALL_SEQS = 1 << 65
 
 
@@ -389,17 +388,23 @@ def walk_frames(
     off: int,
     digest: bytes,
     seq: int,
-    verify_from: int = 0,
+    *,
+    skip_to: int = 0,
     stop_after: int = PAST_ALL_SEQS,
+    verify: bool = True,
+    ended: list[Any] | None = None,
 ) -> Iterator[FrameTuple]:
-    """The frame parser: walk frames from ``off`` to the end of ``buf``.
+    """The frame parser: walk frames from ``off`` (chained to ``digest``, starting at ``seq``).
 
     Every frame is checked for magic, header crc, that it fits in ``buf``, its
-    footer, ``count >= 1`` and that it starts at ``seq``; a frame ending at or
-    after seq ``verify_from`` also has its chain digest checked (the frames
-    before it only pass their header digest on). Stops silently at the end of
-    ``buf``, and at a frame starting after seq ``stop_after`` (its structure
-    checked, not its digest: a bounded read needs nothing from it). Raises
+    footer, ``count >= 1`` and that it starts where the one before ended; every
+    frame it yields also has its chain digest checked, unless ``verify`` is
+    false. Frames ending before seq ``skip_to`` are passed over (structure and
+    seqs only: their header digest is taken on trust, and they are not
+    yielded: a read by seq needs nothing from them). The walk ends silently at
+    the end of ``buf`` or at a frame starting after seq ``stop_after`` (its
+    structure checked, not its digest); then ``ended``, if given, receives
+    ``[next_seq, digest]`` past the last frame walked. Raises
     :class:`FrameError` (with ``next_seq``) at the first frame that does not
     check out: torn or corrupt is the caller's call. Every read of the log
     goes through here, so it stays one flat loop.
@@ -426,10 +431,14 @@ def walk_frames(
             raise FrameError(off, "frame holds no events", seq)
         if first != seq:
             raise FrameError(off, f"frame starts at seq {first}, expected {seq}", seq)
+        nxt = first + count
+        if nxt <= skip_to:
+            digest, seq, off = fdigest, nxt, end
+            continue
         if first > stop_after:
-            return
+            break
         p0, p1 = off + FRAME_HEADER_SIZE, end - FOOTER_SIZE
-        if first + count > verify_from:
+        if verify:
             if n < 4096:  # one call on a small copy beats three on views
                 h = b3(digest + buf[off + 8 : off + 24] + buf[p0:p1])
             else:
@@ -439,7 +448,9 @@ def walk_frames(
             if h.digest() != fdigest:
                 raise FrameError(off, "checksum mismatch (payload or chain)", seq)
         yield off, end, first, count, fdigest, p0, p1
-        digest, seq, off = fdigest, first + count, end
+        digest, seq, off = fdigest, nxt, end
+    if ended is not None:
+        ended[:] = (seq, digest)
 
 
 def read_frame_header(buf: bytes | memoryview, off: int) -> FrameInfo:
@@ -450,7 +461,7 @@ def read_frame_header(buf: bytes | memoryview, off: int) -> FrameInfo:
     """
     size = len(buf)
     seq = _COUNTS.unpack_from(buf, off + 8)[2] if size - off >= FRAME_HEADER_SIZE else 0
-    for t in walk_frames(buf, off, b"", seq, PAST_ALL_SEQS):
+    for t in walk_frames(buf, off, b"", seq, verify=False):
         return FrameInfo(*t[:5])
     raise FrameError(off, f"incomplete frame header ({size - off} bytes)")
 
@@ -538,5 +549,5 @@ def iter_frames(
     buf: bytes | memoryview, start: int, prev_digest: bytes, next_seq: int, *, check: bool = True
 ) -> Iterator[FrameInfo]:
     """:func:`walk_frames` as :class:`FrameInfo` objects, for callers off the hot path."""
-    for t in walk_frames(buf, start, prev_digest, next_seq, 0 if check else PAST_ALL_SEQS):
+    for t in walk_frames(buf, start, prev_digest, next_seq, verify=check):
         yield FrameInfo(*t[:5])

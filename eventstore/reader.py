@@ -125,17 +125,16 @@ class Reader:
                         )
                     mv = memoryview(data)
                     try:
-                        frames = walk_frames(data, start, digest, seq, need, stop_seq)
-                        for off, _end, first, count, digest, p0, p1 in frames:
-                            seq = first + count
-                            if seq <= need:  # before the range: structure and seqs only
-                                continue
-                            need = seq
+                        ended: list[Any] = []  # (seq, digest) past the last frame walked
+                        frames = walk_frames(
+                            data, start, digest, seq, skip_to=need, stop_after=stop_seq, ended=ended
+                        )
+                        for off, _end, first, count, fdigest, p0, p1 in frames:
+                            need = nxt = first + count
                             if mode == DIGESTS:
-                                yield first, seq - 1, digest
+                                yield first, nxt - 1, fdigest
                                 continue
                             rows = None
-                            nxt = seq
                             if mode == EVENTS and bounded and count > 8:
                                 lo = from_seq - first if from_seq > first else 0
                                 hi = min(stop_seq, nxt - 1) - first + 1
@@ -213,7 +212,7 @@ class Reader:
                             raise CorruptLogError(path, at_off, e.reason) from None
                         return  # torn tail of the last segment: the valid prefix ends here
                     break
-                chain = (seq, digest)
+                chain = (ended[0], ended[1])
         except CorruptLogError as e:
             on_corrupt(e)
             raise

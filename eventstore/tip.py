@@ -191,10 +191,12 @@ class Tip:
             # cut leaves behind zeros is found by the full walk of every handle that
             # opens after it). Only then is the file's size needed: a stat between
             # two durable appends measurably slows the second fdatasync, so the
-            # append path never stats.
+            # append path never stats. A torn tail we saw may itself start with
+            # zeros: then only the size tells whether it is still there.
             peek = pread_all(fd, 4, self.end)
             intact = self.end_stable or self._last_frame_still_there(fd)
-            size = os.fstat(fd).st_size if peek != b"\0\0\0\0" or not intact else -1
+            look = peek != b"\0\0\0\0" or not intact or self.torn is not None
+            size = os.fstat(fd).st_size if look else -1
             if size > self.end and intact:
                 size = data_end(fd, size)
         except OSError as e:

@@ -340,12 +340,18 @@ def test_walk_frames_walks_a_chain(ps: list[bytes]) -> None:
         pos -= flen
         starts.append(pos)
     assert starts == [i.offset for i in reversed(infos)]
-    # frames before verify_from pass their digest on unchecked; stop_after ends the walk
+    # frames before skip_to pass their digest on unchecked and unseen; stop_after ends
+    # the walk; ``ended`` says where the walk ended
     wrong = b"\x01" * 32
-    assert [t[4] for t in walk_frames(buf, 0, wrong, 1, 3)] == digests_
+    ended: list[Any] = []
+    got = [t[4] for t in walk_frames(buf, 0, wrong, 1, skip_to=3, ended=ended)]
+    assert got == digests_[1:] and ended == [1 + 2 * len(ps), digests_[-1]]
     with pytest.raises(FrameError):
         list(walk_frames(buf, 0, wrong, 1))
-    assert [t[2] for t in walk_frames(buf, 0, GENESIS_DIGEST, 1, 0, 2)] == [1]
+    assert [t[4] for t in walk_frames(buf, 0, wrong, 1, verify=False)] == digests_
+    ended = []
+    assert [t[2] for t in walk_frames(buf, 0, GENESIS_DIGEST, 1, stop_after=2, ended=ended)] == [1]
+    assert ended == [3, digests_[0]]
 
 
 def _never_crash(buf: bytes, start: int) -> list[bytes]:
@@ -356,9 +362,10 @@ def _never_crash(buf: bytes, start: int) -> list[bytes]:
             seen.append(t[4])
     except FrameError as e:
         assert e.next_seq == 1 + 2 * len(seen)  # chain() frames hold 2 events each
-    for verify_from, stop_after in ((PAST_ALL_SEQS, PAST_ALL_SEQS), (3, 4)):
+    for skip_to, stop_after, verify in ((0, PAST_ALL_SEQS, False), (3, 4, True)):
         try:
-            list(walk_frames(buf, start, GENESIS_DIGEST, 1, verify_from, stop_after))
+            list(walk_frames(buf, start, GENESIS_DIGEST, 1, skip_to=skip_to,
+                             stop_after=stop_after, verify=verify))
         except FrameError:
             pass
     has_valid_frame_after(buf, start, 1)
