@@ -456,20 +456,14 @@ def walk_frames(
 def read_frame_header(buf: bytes | memoryview, off: int) -> FrameInfo:
     """The frame at ``off`` (:func:`walk_frames` of it alone, without its digest).
 
-    Raises :class:`FrameError` if unusable; it does not check the chain digest
-    (see :func:`check_digest`).
+    Raises :class:`FrameError` if unusable; it does not check the chain digest.
+    For scans that look for frames anywhere (:func:`has_valid_frame_after`).
     """
     size = len(buf)
     seq = _COUNTS.unpack_from(buf, off + 8)[2] if size - off >= FRAME_HEADER_SIZE else 0
     for t in walk_frames(buf, off, b"", seq, verify=False):
         return FrameInfo(*t[:5])
     raise FrameError(off, f"incomplete frame header ({size - off} bytes)")
-
-
-def check_digest(buf: bytes | memoryview, info: FrameInfo, prev_digest: bytes) -> None:
-    """Raise :class:`FrameError` unless the frame chains to ``prev_digest``."""
-    for _t in walk_frames(buf, info.offset, prev_digest, info.first_seq):
-        return
 
 
 def footer_frame_len(buf: bytes | memoryview, at: int, room: int) -> int | None:
