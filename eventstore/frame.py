@@ -427,37 +427,109 @@ def parse_frame_head(buf: bytes | memoryview, off: int) -> tuple[int, int, int, 
     return n, count, first_seq, digest
 
 
-def read_frame_header(buf: bytes | memoryview, off: int) -> FrameInfo:
-    """Decode and check the header at ``off``; raise :class:`FrameError` if unusable.
+#: What :func:`walk_frames` yields per frame: ``(offset, end, first_seq, count,
+#: digest, payload_start, payload_end)``, plain ints and bytes (no object per frame).
+FrameTuple = tuple[int, int, int, int, bytes, int, int]
+#: A seq past every real one (seqs are u64): as ``stop_after``, the walk never stops early.
+PAST_ALL_SEQS = 1 << 65
 
-    Checks magic, header crc, that the frame fits in ``buf`` and its footer. It
-    does not check the chain digest (see :func:`check_digest`).
+
+def walk_frames(
+    buf: bytes | memoryview,
+    off: int,
+    digest: bytes,
+    seq: int,
+    *,
+    skip_to: int = 0,
+    stop_after: int = PAST_ALL_SEQS,
+    verify: bool = True,
+    ended: list[Any] | None = None,
+) -> Iterator[FrameTuple]:
+    """The frame parser: walk frames from ``off`` (chained to ``digest``, starting at ``seq``).
+
+    Every frame is checked for magic, header crc, that it fits in ``buf``, its
+    footer, ``count >= 1`` and that it starts where the one before ended; every
+    frame it yields also has its chain digest checked, unless ``verify`` is
+    false. Frames ending before seq ``skip_to`` are passed over (structure and
+    seqs only: their header digest is taken on trust, and they are not
+    yielded: a read by seq needs nothing from them). The walk ends silently at
+    the end of ``buf`` or at a frame starting after seq ``stop_after`` (its
+    structure checked, not its digest); then ``ended``, if given, receives
+    ``[next_seq, digest]`` past the last frame walked. Raises
+    :class:`FrameError` (with ``next_seq``) at the first frame that does not
+    check out: torn or corrupt is the caller's call. Every read of the log
+    goes through here, so it stays one flat loop.
+    """
+    unpack, funpack = FRAME_HEADER.unpack_from, FOOTER.unpack_from
+    crc, b3 = zlib.crc32, blake3.blake3
+    mv = memoryview(buf)
+    size = len(mv)
+    while off < size:
+        if size - off < FRAME_HEADER_SIZE:
+            raise FrameError(off, f"incomplete frame header ({size - off} bytes)", seq)
+        magic, hcrc, n, count, first, fdigest = unpack(buf, off)
+        if magic != FRAME_MAGIC or crc(mv[off + 8 : off + 56]) != hcrc:
+            raise FrameError(off, "bad frame header", seq)
+        end = off + n + FRAME_OVERHEAD
+        if end > size:
+            raise FrameError(
+                off, f"frame extends {end - size} bytes past the end of the segment", seq
+            )
+        flen, fmagic = funpack(buf, end - FOOTER_SIZE)
+        if fmagic != FOOTER_MAGIC or flen != n + FRAME_OVERHEAD:
+            raise FrameError(off, "bad frame footer", seq)
+        if count < 1:
+            raise FrameError(off, "frame holds no events", seq)
+        if first != seq:
+            raise FrameError(off, f"frame starts at seq {first}, expected {seq}", seq)
+        nxt = first + count
+        if nxt <= skip_to:
+            digest, seq, off = fdigest, nxt, end
+            continue
+        if first > stop_after:
+            break
+        p0, p1 = off + FRAME_HEADER_SIZE, end - FOOTER_SIZE
+        if verify:
+            if n < 4096:  # one call on a small copy beats three on views
+                h = b3(digest + buf[off + 8 : off + 24] + buf[p0:p1])
+            else:
+                h = b3(digest)
+                h.update(mv[off + 8 : off + 24])
+                h.update(mv[p0:p1])
+            if h.digest() != fdigest:
+                raise FrameError(off, "checksum mismatch (payload or chain)", seq)
+        yield off, end, first, count, fdigest, p0, p1
+        digest, seq, off = fdigest, nxt, end
+    if ended is not None:
+        ended[:] = (seq, digest)
+
+
+def read_frame_header(buf: bytes | memoryview, off: int) -> FrameInfo:
+    """The frame at ``off`` (:func:`walk_frames` of it alone, without its digest).
+
+    Raises :class:`FrameError` if unusable; it does not check the chain digest.
+    For scans that look for frames anywhere (:func:`has_valid_frame_after`).
     """
     size = len(buf)
-    if size - off < FRAME_HEADER_SIZE:
-        raise FrameError(off, f"incomplete frame header ({size - off} bytes)")
-    magic, hcrc, n, count, first_seq, digest = FRAME_HEADER.unpack_from(buf, off)
-    if magic != FRAME_MAGIC or zlib.crc32(buf[off + 8 : off + 56]) != hcrc:
-        raise FrameError(off, "bad frame header")
-    end = off + n + FRAME_OVERHEAD
-    if end > size:
-        raise FrameError(off, f"frame extends {end - size} bytes past the end of the segment")
-    flen, fmagic = FOOTER.unpack_from(buf, end - FOOTER_SIZE)
-    if fmagic != FOOTER_MAGIC or flen != n + FRAME_OVERHEAD:
-        raise FrameError(off, "bad frame footer")
-    if count < 1:
-        raise FrameError(off, "frame holds no events")
-    return FrameInfo(off, end, first_seq, count, digest)
+    seq = _COUNTS.unpack_from(buf, off + 8)[2] if size - off >= FRAME_HEADER_SIZE else 0
+    for t in walk_frames(buf, off, b"", seq, verify=False):
+        return FrameInfo(*t[:5])
+    raise FrameError(off, f"incomplete frame header ({size - off} bytes)")
 
 
-def check_digest(buf: bytes | memoryview, info: FrameInfo, prev_digest: bytes) -> None:
-    """Raise :class:`FrameError` unless the frame chains to ``prev_digest``."""
-    off = info.offset
-    h = blake3.blake3(prev_digest)
-    h.update(buf[off + 8 : off + 24])
-    h.update(buf[off + FRAME_HEADER_SIZE : info.end - FOOTER_SIZE])
-    if h.digest() != info.digest:
-        raise FrameError(off, "checksum mismatch (payload or chain)")
+def footer_frame_len(buf: bytes | memoryview, at: int, room: int) -> int | None:
+    """The length of the frame whose footer ends at ``buf[at]``, if it can be one.
+
+    ``room`` is how many bytes of the segment lie before ``at`` past its header.
+    For walks backwards from a segment's end; the length is only a hint: the
+    caller checks the frame it points at.
+    """
+    if not FOOTER_SIZE <= at <= len(buf):  # cut short (the file shrank meanwhile)
+        return None
+    flen, fmagic = FOOTER.unpack_from(buf, at - FOOTER_SIZE)
+    if fmagic != FOOTER_MAGIC or not FRAME_OVERHEAD <= flen <= room:
+        return None
+    return int(flen)
 
 
 def payload_of(buf: bytes | memoryview, info: FrameInfo) -> memoryview:
@@ -519,55 +591,12 @@ def segment_header_is_torn(buf: bytes | memoryview) -> bool:
     return not any(buf[:SEGMENT_HEADER_SIZE]) and not has_valid_frame_after(buf, -1, 0)
 
 
-def last_frame_by_footer(buf: bytes | memoryview, start: int) -> FrameInfo | None:
-    """The final frame, found from the footer at the end of ``buf``; None if unclear."""
-    size = len(buf)
-    if size - start < FRAME_OVERHEAD:
-        return None
-    flen, fmagic = FOOTER.unpack_from(buf, size - FOOTER_SIZE)
-    if fmagic != FOOTER_MAGIC or flen < FRAME_OVERHEAD or size - flen < start:
-        return None
-    try:
-        info = read_frame_header(buf, size - flen)
-    except FrameError:
-        return None
-    return info if info.end == size else None
-
-
-def frame_before(buf: bytes | memoryview, info: FrameInfo, start: int) -> FrameInfo | None:
-    """The frame that ends where ``info`` begins, found through its footer."""
-    if info.offset - start < FRAME_OVERHEAD:
-        return None
-    flen, fmagic = FOOTER.unpack_from(buf, info.offset - FOOTER_SIZE)
-    if fmagic != FOOTER_MAGIC or info.offset - flen < start:
-        return None
-    try:
-        prev = read_frame_header(buf, info.offset - flen)
-    except FrameError:
-        return None
-    return prev if prev.end == info.offset else None
-
-
 def iter_frames(
     buf: bytes | memoryview, start: int, prev_digest: bytes, next_seq: int, *, check: bool = True
 ) -> Iterator[FrameInfo]:
-    """Walk frames from ``start``, checking headers, seq continuity and (optionally) digests.
-
-    Stops silently at the end of ``buf``; raises :class:`FrameError` at the
-    first frame that does not check out (the caller decides: torn or corrupt).
-    """
-    size = len(buf)
-    off = start
-    while off < size:
-        info = read_frame_header(buf, off)
-        if info.first_seq != next_seq:
-            raise FrameError(off, f"frame starts at seq {info.first_seq}, expected {next_seq}")
-        if check:
-            check_digest(buf, info, prev_digest)
-        yield info
-        prev_digest = info.digest
-        next_seq = info.first_seq + info.count
-        off = info.end
+    """:func:`walk_frames` as :class:`FrameInfo` objects, for callers off the hot path."""
+    for t in walk_frames(buf, start, prev_digest, next_seq, verify=check):
+        yield FrameInfo(*t[:5])
 
 
 def payload_layout(head: bytes | memoryview, count: int) -> tuple[float, int, int] | None:

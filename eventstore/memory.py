@@ -19,7 +19,6 @@ from .event import Event, Receipt, encode_batch
 from .frame import (
     GENESIS_DIGEST,
     FrameError,
-    check_digest,
     decode_payload,
     encode_frame_parts,
     payload_head_fast,
@@ -27,6 +26,7 @@ from .frame import (
     payload_prefix,
     read_frame_header,
     row_bounds,
+    walk_frames,
 )
 from .records import Batch, StoredEvent
 from .verify import Problem, VerifyReport, check_rows
@@ -176,18 +176,18 @@ class MemoryLog:
         """Frame ``i`` decoded, after its structure and chain digest check out."""
         where = self._offsets[i]
         try:
-            info = read_frame_header(frame, 0)
-            if info.first_seq != self._firsts[i] or info.end != len(frame):
+            walked = list(walk_frames(frame, 0, prev_digest, self._firsts[i]))
+            if len(walked) != 1 or walked[0][1] != len(frame):
                 raise FrameError(0, "frame does not fill its slot")
-            check_digest(frame, info, prev_digest)
         except FrameError as e:
             raise CorruptLogError(SEGMENT_NAME, where + e.offset, e.reason) from None
+        _off, _end, first, count, _digest, p0, p1 = walked[0]
         try:
-            at, batch_id, rows = decode_payload(payload_of(frame, info))
-            bad = check_rows(rows, info.count)
+            at, batch_id, rows = decode_payload(memoryview(frame)[p0:p1])
+            bad = check_rows(rows, count)
             if bad:
                 raise ValueError(bad)
-            return Batch.of_rows(info.first_seq, float(at), batch_id, rows)
+            return Batch.of_rows(first, float(at), batch_id, rows)
         except ValueError as e:
             raise CorruptLogError(SEGMENT_NAME, where, str(e)) from None
 

@@ -19,8 +19,6 @@ import attrs
 from . import _osio
 from .errors import CorruptLogError, LedgerIOError, UnsupportedFormatError
 from .frame import (
-    FOOTER,
-    FOOTER_MAGIC,
     FOOTER_SIZE,
     FORMAT_VERSION,
     FRAME_HEADER_SIZE,
@@ -29,23 +27,21 @@ from .frame import (
     SEGMENT_HEADER_SIZE,
     FrameError,
     FrameInfo,
+    FrameTuple,
     SegmentHeader,
     SegmentHeaderError,
-    check_digest,
     content_end,
     decode_payload,
     decode_segment_header,
     encode_segment_header,
-    frame_before,
+    footer_frame_len,
     has_valid_frame_after,
-    iter_frames,
-    last_frame_by_footer,
     parse_frame_head,
     payload_head,
     payload_head_fast,
     payload_of,
-    read_frame_header,
     segment_header_is_torn,
+    walk_frames,
 )
 
 SEGMENT_RE = re.compile(r"(\d{20})\.seg")
@@ -295,98 +291,92 @@ def last_at(path: Path, data: bytes | memoryview, info: FrameInfo, data_offset: 
         raise CorruptLogError(path, info.offset + data_offset, str(e)) from None
 
 
-def scan_tail(
-    path: Path, data: bytes, start: int, prev_digest: bytes, next_seq: int, *, fast: bool
-) -> Tail:
-    """Find the valid prefix of the *last* segment from ``start``.
+def scan_tail(path: Path, data: bytes, start: int, prev_digest: bytes, next_seq: int) -> Tail:
+    """Find the valid prefix of the *last* segment from ``start``: a full, checked walk.
 
-    ``fast`` trusts a clean ending (last frame found through its footer and
-    chained to the frame before it) without walking the segment; anything
-    unclear falls back to a full, checked walk that tells a torn tail (ignored)
-    from bad bytes followed by valid frames (``CorruptLogError``).
+    It tells a torn tail (ignored, reported in ``torn``) from bad bytes followed
+    by valid frames (``CorruptLogError``).
     """
-    if len(data) == start:
-        return Tail(start, next_seq - 1, prev_digest, None)
-    if fast:
-        last = last_frame_by_footer(data, start)
-        if last is not None:
-            if last.offset == start:
-                prev, prev_ok = prev_digest, last.first_seq == next_seq
-            else:
-                before = frame_before(data, last, start)
-                prev = before.digest if before else b""
-                prev_ok = before is not None and before.last_seq + 1 == last.first_seq
-            if prev_ok:
-                try:
-                    check_digest(data, last, prev)
-                    at = last_at(path, data, last)
-                    return Tail(last.end, last.last_seq, last.digest, last, at=at)
-                except FrameError:
-                    pass
     tail = Tail(start, next_seq - 1, prev_digest, None)
+    last: FrameTuple | None = None
     try:
-        for info in iter_frames(data, start, prev_digest, next_seq):
-            tail.end, tail.head, tail.digest, tail.last = info.end, info.last_seq, info.digest, info
+        for t in walk_frames(data, start, prev_digest, next_seq):
+            last = t
     except FrameError as e:
-        if has_valid_frame_after(data, e.offset, tail.head + 1):
+        if has_valid_frame_after(data, e.offset, e.next_seq):
             raise CorruptLogError(path, e.offset, e.reason) from None
         tail.torn = (e.offset, e.reason)
-    if tail.last is not None:
-        tail.at = last_at(path, data, tail.last)
+    if last is not None:
+        info = FrameInfo(*last[:5])
+        tail.end, tail.head, tail.digest, tail.last = info.end, info.last_seq, info.digest, info
+        tail.at = last_at(path, data, info)
     return tail
 
 
 def fast_tail(path: Path, fd: int, size: int, prev_digest: bytes, next_seq: int) -> Tail | None:
-    """:func:`scan_tail`'s fast path with ``pread`` of the last frames only; None if unclear.
+    """The last segment's tail from ``pread`` of its last frames only; None if unclear.
 
-    Reads the footer in the file's last 8 bytes, the last frame whole (plus the
-    8-byte footer of the frame before it) and that frame's 56-byte header. The
-    caller falls back to reading and walking the whole segment.
+    Trusts a clean ending: the last frame found through the footer in the
+    file's last 8 bytes, checked in full, chained to the frame before it
+    (found through its footer; only its 56-byte header is read). The caller
+    falls back to :func:`scan_tail` of the whole segment, and a writer walks it
+    in full before its first write.
     """
     start = SEGMENT_HEADER_SIZE
     if size == start:
         return Tail(start, next_seq - 1, prev_digest, None)
-    if size - start < FRAME_OVERHEAD:
-        return None
     try:
-        flen, fmagic = FOOTER.unpack(pread_all(fd, FOOTER_SIZE, size - FOOTER_SIZE))
-        if fmagic != FOOTER_MAGIC or flen < FRAME_OVERHEAD or size - flen < start:
+        foot = pread_all(fd, FOOTER_SIZE, size - FOOTER_SIZE)
+        flen = footer_frame_len(foot, FOOTER_SIZE, size - start)
+        if flen is None:
             return None
         lo = size - flen
         extra = FOOTER_SIZE if lo - start >= FRAME_OVERHEAD else 0
         buf = pread_all(fd, flen + extra, lo - extra)
         if len(buf) != flen + extra:
             return None
-        try:
-            info = read_frame_header(buf, extra)
-        except FrameError:
-            return None
-        if info.end != len(buf):
-            return None
         if lo == start:
-            prev, prev_ok = prev_digest, info.first_seq == next_seq
+            prev, seq = prev_digest, next_seq
         elif extra:
-            plen, pmagic = FOOTER.unpack_from(buf, 0)
-            if pmagic != FOOTER_MAGIC or plen < FRAME_OVERHEAD or lo - plen < start:
+            plen = footer_frame_len(buf, extra, lo - start)
+            if plen is None:
                 return None
             head = parse_frame_head(pread_all(fd, FRAME_HEADER_SIZE, lo - plen), 0)
             if head is None or head[0] + FRAME_OVERHEAD != plen:
                 return None
             _n, count, first, prev = head
-            prev_ok = first + count == info.first_seq
+            seq = first + count
         else:
             return None
     except OSError as e:
         raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
-    if not prev_ok:
-        return None
     try:
-        check_digest(buf, info, prev)
+        found = list(walk_frames(buf, extra, prev, seq))
     except FrameError:
         return None
+    if len(found) != 1:
+        return None
+    info = FrameInfo(*found[0][:5])
     at = last_at(path, buf, info, lo - extra)
     last = FrameInfo(lo, size, info.first_seq, info.count, info.digest)
     return Tail(size, info.last_seq, info.digest, last, at=at)
+
+
+def last_segment_is_torn(path: Path) -> bool:
+    """Is ``path`` (the last segment) a torn new segment that readers ignore?"""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return True  # moved to quarantine/ meanwhile
+    except OSError as e:
+        raise LedgerIOError(f"cannot open {path}: {e.strerror}") from e
+    try:
+        size = os.fstat(fd).st_size
+        return header_is_torn(path, fd, size, pread_all(fd, SEGMENT_HEADER_SIZE, 0))
+    except OSError as e:
+        raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+    finally:
+        os.close(fd)
 
 
 # --- the frame index ---------------------------------------------------------------
@@ -485,8 +475,8 @@ def recent_heads(
         return
     foot = pread_all(fd, FOOTER_SIZE, pos - FOOTER_SIZE)
     while pos - start >= FRAME_OVERHEAD and len(foot) == FOOTER_SIZE:
-        flen, fmagic = FOOTER.unpack(foot)
-        if fmagic != FOOTER_MAGIC or flen < FRAME_OVERHEAD or pos - flen < start:
+        flen = footer_frame_len(foot, FOOTER_SIZE, pos - start)
+        if flen is None:
             return
         lo = pos - flen
         extra = FOOTER_SIZE if lo - start >= FRAME_OVERHEAD else 0

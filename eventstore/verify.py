@@ -16,9 +16,8 @@ from .frame import (
     content_end,
     decode_payload,
     has_valid_frame_after,
-    iter_frames,
-    payload_of,
     segment_header_is_torn,
+    walk_frames,
 )
 from .segments import list_segments, read_bytes, read_header
 
@@ -123,17 +122,20 @@ def verify_log(log_dir: Path) -> VerifyReport:
             problems.append(Problem(path.name, 0, "segment does not chain to the one before it"))
         digest, next_seq = hdr.prev_digest, base
         try:
-            for info in iter_frames(data, SEGMENT_HEADER_SIZE, digest, next_seq):
+            view = memoryview(data)
+            for off, _end, first, count, fdigest, p0, p1 in walk_frames(
+                data, SEGMENT_HEADER_SIZE, digest, next_seq
+            ):
                 try:
-                    _at, _bid, rows = decode_payload(payload_of(data, info))
-                    bad = check_rows(rows, info.count)
+                    _at, _bid, rows = decode_payload(view[p0:p1])
+                    bad = check_rows(rows, count)
                 except ValueError as e:
                     bad = str(e)
                 if bad:
-                    problems.append(Problem(path.name, info.offset, bad))
+                    problems.append(Problem(path.name, off, bad))
                 frames += 1
-                events += info.count
-                digest, next_seq = info.digest, info.last_seq + 1
+                events += count
+                digest, next_seq = fdigest, first + count
         except FrameError as e:
             if last and not has_valid_frame_after(data, e.offset, next_seq):
                 reason = f"torn final frame ({e.reason}); ignored, the next append truncates it"

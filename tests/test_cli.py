@@ -651,10 +651,18 @@ def test_follow_stops_when_the_reader_goes_away(root: Path) -> None:
     assert p.returncode == 1 and p.stderr.read() == b""
 
 
+def console_script() -> str | None:
+    """The ``ctxledger`` script of the venv running the tests (it need not be on PATH)."""
+    beside = Path(sys.executable).parent / "ctxledger"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("ctxledger")
+
+
 def test_console_script() -> None:
-    exe = shutil.which("ctxledger")
+    exe = console_script()
     if exe is None:
-        pytest.skip("ctxledger console script is not on PATH")
+        pytest.skip("no ctxledger console script beside the interpreter or on PATH")
     p = sh("--version", cmd=[exe])
     assert p.returncode == 0 and p.stdout.startswith("ctxledger ")
     p = sh("log", "show", "--root", "/nonexistent/ctxledger-root", cmd=[exe])

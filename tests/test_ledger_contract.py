@@ -1134,3 +1134,17 @@ class TestFileSegments(FileLog):
                 assert [(e.seq, e.data) for e in ro.read(s, s)] == want[s - 1 : s]
             assert ro.digest_at(250) == digest
             assert [(e.seq, e.data) for e in ro.read(240)] == want[239:]
+
+
+def test_the_clock_stamps_batches_and_never_runs_backwards(tmp_path: Path) -> None:
+    """``clock`` moves time for tests without sleeping; ``at`` stays monotonic anyway."""
+    now = [1000.0]
+    with Ledger.open(tmp_path, sync="none", clock=lambda: now[0]) as led:
+        assert led.append([ev(1)]).at == 1000.0
+        now[0] = 999.0  # a clock stepped back
+        assert led.append([ev(2)]).at == 1000.0
+        led.clock = lambda: 2000.0  # replaced while open
+        assert led.append([ev(3)]).at == 2000.0
+    with Ledger.open(tmp_path, sync="none", clock=lambda: 5.0) as led:  # reopened: still 2000
+        assert led.append([ev(4)]).at == 2000.0
+        assert [e.at for e in led.read()] == [1000.0, 1000.0, 2000.0, 2000.0]

@@ -953,3 +953,17 @@ def test_failed_copy_of_a_torn_tail_cuts_nothing(
     assert led.append([ev(1)]).first_seq == 2  # nothing was acknowledged; try again
     led.close()
     check_reopened(log, [0, 1])
+
+
+def test_a_torn_tail_that_starts_with_zeros_still_goes_to_quarantine(tmp_path: Path) -> None:
+    """Zeros at a handle's end usually mean free space; not once it saw a torn tail there."""
+    with Ledger.open(tmp_path, sync="none") as led:
+        led.append([Event("a.b", None, {"n": 1})])
+    seg = sorted(tmp_path.glob("*.seg"))[-1]
+    with open(seg, "ab") as f:
+        f.write(b"\0\0\0\0\x01")
+    with Ledger.open(tmp_path, sync="none") as led:
+        assert led.append([Event("a.b", None, {"n": 2})]).first_seq == 2
+        assert [e.data["n"] for e in led.read()] == [1, 2]
+        assert led.verify().ok
+    assert [p.read_bytes() for p in (tmp_path / "quarantine").iterdir()] == [b"\0\0\0\0\x01"]

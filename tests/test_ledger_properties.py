@@ -15,7 +15,7 @@ from typing import Any
 import cbor2
 import pytest
 import strategies as S
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from eventstore import CorruptLogError, Event, Ledger
@@ -23,24 +23,25 @@ from eventstore.frame import (
     FORMAT_VERSION,
     FRAME_OVERHEAD,
     GENESIS_DIGEST,
+    PAST_ALL_SEQS,
     SEGMENT_HEADER_SIZE,
     FrameError,
     SegmentHeaderError,
-    check_digest,
     decode_payload,
     decode_rows_at,
     decode_segment_header,
     encode_frame,
     encode_payload,
     encode_segment_header,
-    frame_before,
+    footer_frame_len,
     has_valid_frame_after,
     iter_frames,
-    last_frame_by_footer,
     payload_of,
     read_frame_header,
     row_bounds,
+    walk_frames,
 )
+from eventstore.segments import Tail, fast_tail, scan_tail
 
 IO = settings(
     deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -250,12 +251,14 @@ def test_frame_round_trip(prev: bytes, first: int, count: int, payload: bytes) -
         count,
         digest,
     )
-    check_digest(buf, info, prev)
     assert bytes(payload_of(buf, info)) == payload
-    assert last_frame_by_footer(buf, 4) == info
+    assert footer_frame_len(buf, len(buf), len(buf) - 4) == len(frame)
+    ((off, end, got_first, got_count, got_digest, p0, p1),) = walk_frames(buf, 4, prev, first)
+    assert (off, end, got_first, got_count, got_digest) == (4, len(buf), first, count, digest)
+    assert buf[p0:p1] == payload
     wrong = bytes([prev[0] ^ 1]) + prev[1:]
-    with pytest.raises(FrameError):
-        check_digest(buf, info, wrong)
+    with pytest.raises(FrameError, match="checksum mismatch"):
+        list(walk_frames(buf, 4, wrong, first))
 
 
 @settings(max_examples=200)
@@ -328,29 +331,56 @@ def chain(payload_list: list[bytes]) -> tuple[bytes, list[bytes]]:
 
 @settings(max_examples=300)
 @given(ps=st.lists(payloads, min_size=1, max_size=5))
-def test_iter_frames_walks_a_chain(ps: list[bytes]) -> None:
+def test_walk_frames_walks_a_chain(ps: list[bytes]) -> None:
     buf, digests_ = chain(ps)
     infos = list(iter_frames(buf, 0, GENESIS_DIGEST, 1))
     assert [i.digest for i in infos] == digests_
     assert [i.first_seq for i in infos] == list(range(1, 2 * len(ps), 2))
-    last = last_frame_by_footer(buf, 0)
-    assert last == infos[-1]
-    if len(infos) > 1:
-        assert frame_before(buf, infos[-1], 0) == infos[-2]
+    walked = list(walk_frames(buf, 0, GENESIS_DIGEST, 1))
+    assert [t[:5] for t in walked] == [
+        (i.offset, i.end, i.first_seq, i.count, i.digest) for i in infos
+    ]
+    assert [buf[t[5] : t[6]] for t in walked] == ps
+    # the footers lead back through the same frames (fast_tail, recent_heads)
+    pos, starts = len(buf), []
+    while (flen := footer_frame_len(buf, pos, pos)) is not None:
+        pos -= flen
+        starts.append(pos)
+    assert starts == [i.offset for i in reversed(infos)]
+    # frames before skip_to pass their digest on unchecked and unseen; stop_after ends
+    # the walk; ``ended`` says where the walk ended
+    wrong = b"\x01" * 32
+    ended: list[Any] = []
+    got = [t[4] for t in walk_frames(buf, 0, wrong, 1, skip_to=3, ended=ended)]
+    assert got == digests_[1:] and ended == [1 + 2 * len(ps), digests_[-1]]
+    with pytest.raises(FrameError):
+        list(walk_frames(buf, 0, wrong, 1))
+    assert [t[4] for t in walk_frames(buf, 0, wrong, 1, verify=False)] == digests_
+    ended = []
+    assert [t[2] for t in walk_frames(buf, 0, GENESIS_DIGEST, 1, stop_after=2, ended=ended)] == [1]
+    assert ended == [3, digests_[0]]
 
 
 def _never_crash(buf: bytes, start: int) -> list[bytes]:
-    """Run every scanning function; only FrameError may escape iter_frames."""
+    """Run every scanning function; only FrameError may escape walk_frames."""
     seen = []
     try:
-        for info in iter_frames(buf, start, GENESIS_DIGEST, 1):
-            seen.append(info.digest)
-    except FrameError:
-        pass
+        for t in walk_frames(buf, start, GENESIS_DIGEST, 1):
+            seen.append(t[4])
+    except FrameError as e:
+        assert e.next_seq == 1 + 2 * len(seen)  # chain() frames hold 2 events each
+    for skip_to, stop_after, verify in ((0, PAST_ALL_SEQS, False), (3, 4, True)):
+        try:
+            list(walk_frames(buf, start, GENESIS_DIGEST, 1, skip_to=skip_to,
+                             stop_after=stop_after, verify=verify))
+        except FrameError:
+            pass
     has_valid_frame_after(buf, start, 1)
-    last = last_frame_by_footer(buf, start)
-    if last is not None:
-        frame_before(buf, last, start)
+    footer_frame_len(buf, len(buf), len(buf) - start)
+    try:
+        scan_tail(Path("seg"), buf, start, GENESIS_DIGEST, 1)
+    except CorruptLogError:
+        pass  # bad bytes before a valid frame, or a payload that does not decode
     return seen
 
 
@@ -401,3 +431,42 @@ def test_scanning_damaged_chains_yields_only_original_frames(
             break
     seen = _never_crash(bytes(b), 0)
     assert seen == digests_[: len(seen)]  # a damaged chain never yields a frame it did not hold
+
+
+def _fast_tail_of(raw: bytes) -> Tail | None:
+    with tempfile.TemporaryFile() as f:
+        f.write(raw)
+        f.flush()
+        return fast_tail(Path("seg"), f.fileno(), len(raw), GENESIS_DIGEST, 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    blobs=st.lists(st.binary(max_size=200), max_size=4),
+    cut=st.integers(0, 2**16),
+    flip=st.none() | st.integers(0, 2**14),
+)
+def test_fast_tail_agrees_with_the_full_walk_or_abstains(
+    blobs: list[bytes], cut: int, flip: int | None
+) -> None:
+    """Opening a log trusts :func:`fast_tail`; whatever it answers, the full walk says too."""
+    ps = [encode_payload(1.0 + i, None, [["k", None, {"b": b}]] * 2) for i, b in enumerate(blobs)]
+    buf, _digests = chain(ps) if ps else (b"", [])
+    b = bytearray(encode_segment_header(1, GENESIS_DIGEST, 4096) + buf)
+    if flip is not None and SEGMENT_HEADER_SIZE * 8 <= flip < len(b) * 8:
+        b[flip // 8] ^= 1 << (flip % 8)
+    if cut % 3:  # cut the end off two times in three
+        del b[max(SEGMENT_HEADER_SIZE, len(b) - cut % (len(buf) + 1)) :]
+    raw = bytes(b)
+    fast = _fast_tail_of(raw)
+    event(f"fast_tail {'abstained' if fast is None else 'answered'}")
+    if fast is None:
+        return
+    try:
+        full = scan_tail(Path("seg"), raw, SEGMENT_HEADER_SIZE, GENESIS_DIGEST, 1)
+    except CorruptLogError:
+        event("fast_tail answered over bad bytes mid-segment")
+        return  # a writer's full walk finds them before it writes
+    got = (fast.end, fast.head, fast.digest, fast.at)
+    assert got == (full.end, full.head, full.digest, full.at)
+    assert fast.end == len(raw) and full.torn is None

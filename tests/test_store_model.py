@@ -441,7 +441,7 @@ def test_prune_never_tombstones_an_entry_refreshed_meanwhile(tmp_path: Path) -> 
 
         def append_after_a_refresh(events: Any, **kw: Any) -> Any:
             if not refreshed:
-                time.sleep(0.6)  # the refresh is created after the horizon: live
+                other.ledger.clock = lambda: t0 + 1.0  # the refresh is after the horizon: live
                 refreshed.append(other.put(pkt))
             return real_append(events, **kw)
 

@@ -1,0 +1,300 @@
+"""Where the log ends, as one handle sees it, and following other writers there.
+
+Many processes append to one log; a handle learns of their frames only by
+looking. :class:`Tip` holds the active (last) segment this handle knows and
+its valid end, and catches up: new frames past that end, a segment that was
+rolled, a frame that was cut again. It never modifies files; corruption it
+meets is remembered in :attr:`Tip.fault` (the handle then fails closed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import CorruptLogError, LedgerError, LedgerIOError
+from .frame import (
+    FRAME_HEADER_SIZE,
+    GENESIS_DIGEST,
+    PREALLOC_VERSION,
+    SEGMENT_HEADER_SIZE,
+    footer_frame_len,
+    segment_header_is_torn,
+)
+from .segments import (
+    FOOTER_SIZE,
+    Tail,
+    data_end,
+    fast_tail,
+    header_is_torn,
+    last_segment_is_torn,
+    list_segments,
+    open_segment,
+    pread_all,
+    read_header,
+    scan_tail,
+    segment_name,
+)
+from .window import BatchWindow
+
+
+class Tip:
+    """The active segment as this handle last saw it, and the fd it holds on it."""
+
+    def __init__(self, log_dir: Path, window: BatchWindow, roll_at: int) -> None:
+        self.log_dir = log_dir
+        self.window = window
+        #: Called before the handle leaves the active segment (the writer syncs it).
+        self.on_leave: Callable[[], None] = lambda: None
+        self.fault: LedgerError | None = None
+        self.base = 0
+        self.path: Path | None = None
+        self.roll_at = roll_at
+        self.fd = -1  # on the active segment: O_RDONLY until this handle writes to it
+        self.fd_writable = False
+        self.end = 0
+        self.head = 0
+        self.digest = GENESIS_DIGEST
+        self.last_at = 0.0
+        self.torn: tuple[int, str] | None = None
+        # a last segment with a torn header (power cut while it was created): ignored,
+        # and moved to quarantine/ by this handle's next append
+        self.torn_seg: Path | None = None
+        # False while the active segment was only fast-scanned (footer of the last
+        # frame); a writer walks it fully before its first write (see check_active)
+        self.checked = True
+        # True when the frame ending at ``end`` cannot vanish any more: this handle
+        # wrote it, or saw it while holding the writer lock (see refresh)
+        self.end_stable = True
+        # zeros past the last frame are free space from format version 2 on
+        self.may_preallocate = False
+        self.alloc_hint = 0  # the active segment's size as this handle last knew it
+
+    # --- opening --------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Find the last segment and its valid end (corruption goes to :attr:`fault`)."""
+        try:
+            segs = list_segments(self.log_dir)
+            for _base, path in segs[:-1]:
+                read_header(path)
+            if segs and not self._load_active(*segs[-1], may_be_torn=True):
+                self.torn_seg = segs[-1][1]  # a torn new segment: the one before is the last
+                if len(segs) > 1:
+                    self._load_active(*segs[-2], may_be_torn=False)
+        except LedgerError as e:
+            if isinstance(e, LedgerIOError):
+                raise
+            self.fault = e
+
+    def _load_active(self, base: int, path: Path, *, may_be_torn: bool) -> bool:
+        """Take the last segment as the active one (False: its header is torn)."""
+        fd = open_segment(path)
+        try:
+            try:
+                head = pread_all(fd, SEGMENT_HEADER_SIZE, 0)
+                size = data_end(fd, os.fstat(fd).st_size)
+            except OSError as e:
+                raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+            if may_be_torn and header_is_torn(path, fd, size, head):
+                return False
+            hdr = read_header(path, head)
+            self.set_active(base, path, hdr.roll_bytes, hdr.version)
+            tail = fast_tail(path, fd, size, hdr.prev_digest, base)
+            if tail is None:  # unclear ending: walk the whole segment
+                try:
+                    data = pread_all(fd, size, 0)
+                except OSError as e:
+                    raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+                tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, base)
+            else:
+                self.checked = False
+            self.adopt(tail)
+            self.end_stable = False
+            return True
+        finally:
+            os.close(fd)
+
+    def set_active(self, base: int, path: Path, roll_bytes: int, version: int) -> None:
+        """Make ``path`` the active segment, empty until the caller adopts its tail."""
+        self.close_fd()
+        self.base, self.path, self.roll_at = base, path, roll_bytes
+        # a version 1 segment is never preallocated, so older readers never meet zeros
+        self.may_preallocate = version >= PREALLOC_VERSION
+        self.alloc_hint = 0
+        self.end, self.torn = SEGMENT_HEADER_SIZE, None
+        self.checked = True  # new, or about to be walked in full by the caller
+
+    def close_fd(self) -> None:
+        """Leave the active segment's fd (the writer syncs what it left there first)."""
+        if self.fd >= 0:
+            self.on_leave()
+            os.close(self.fd)
+            self.fd, self.fd_writable = -1, False
+
+    def adopt(self, tail: Tail, data_offset: int = 0) -> None:
+        """Take ``tail`` (found in data starting at ``data_offset``) as our state."""
+        if tail.at is not None and tail.at > self.last_at:
+            self.last_at = tail.at
+        self.end, self.head, self.digest = tail.end + data_offset, tail.head, tail.digest
+        self.torn = None if tail.torn is None else (tail.torn[0] + data_offset, tail.torn[1])
+
+    def active_fd(self, write: bool = False) -> int:
+        """The descriptor on the active segment (read-only until a write needs it)."""
+        if self.fd >= 0 and (self.fd_writable or not write):
+            return self.fd
+        assert self.path is not None
+        try:
+            fd = os.open(self.path, os.O_RDWR if write else os.O_RDONLY)
+        except OSError as e:
+            raise LedgerIOError(f"cannot open {self.path}: {e.strerror}") from e
+        if self.fd >= 0:  # a read-only one: nothing was written through it
+            os.close(self.fd)
+        self.fd, self.fd_writable = fd, write
+        return fd
+
+    # --- following other writers ------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Catch up with frames other processes appended (never modifies files)."""
+        try:
+            self._refresh()
+        except CorruptLogError as e:
+            self.fault = e
+            raise
+
+    def check_active(self) -> None:
+        """Walk the active segment in full before this handle first writes to it.
+
+        Opening trusts a clean ending (the fast path), which cannot see bad bytes
+        in the middle of the segment. A writer must not append behind media
+        corruption (failure rule 3, docs/architecture.md: fail closed, never modify the
+        damaged file).
+        """
+        if self.checked or self.path is None:
+            return
+        try:
+            self._rescan()
+        except CorruptLogError as e:
+            self.fault = e
+            raise
+
+    def _refresh(self) -> None:
+        if self.path is None:
+            segs = list_segments(self.log_dir)
+            if not segs or not self._switch_to(segs[0], GENESIS_DIGEST, 1, len(segs) == 1):
+                return
+        assert self.path is not None
+        fd = self.active_fd()
+        try:
+            # Zeros at ``end`` (preallocated space) mean nothing new: a frame another
+            # process writes always starts with its non-zero magic (junk that a power
+            # cut leaves behind zeros is found by the full walk of every handle that
+            # opens after it). Only then is the file's size needed: a stat between
+            # two durable appends measurably slows the second fdatasync, so the
+            # append path never stats. A torn tail we saw may itself start with
+            # zeros: then only the size tells whether it is still there.
+            peek = pread_all(fd, 4, self.end)
+            intact = self.end_stable or self._last_frame_still_there(fd)
+            look = peek != b"\0\0\0\0" or not intact or self.torn is not None
+            size = os.fstat(fd).st_size if look else -1
+            if size > self.end and intact:
+                size = data_end(fd, size)
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {self.path}: {e.strerror}") from e
+        if not intact or 0 <= size < self.end:
+            # A frame we saw was cut again: its writer's fsync failed and it truncated
+            # (see SegmentWriter.after_failed_sync). Forget it and walk the segment
+            # afresh, or we would chain to a frame that is gone, or cut the frames
+            # written since.
+            self._rescan()
+        elif size > self.end:
+            try:
+                data = pread_all(fd, size - self.end, self.end)
+            except OSError as e:
+                raise LedgerIOError(f"cannot read {self.path}: {e.strerror}") from e
+            try:
+                tail = scan_tail(self.path, data, 0, self.digest, self.head + 1)
+                self.window.note_batches(self.path, data, tail, 0, self.head + 1)
+            except CorruptLogError as e:
+                raise CorruptLogError(e.segment, e.offset + self.end, e.reason) from None
+            self.adopt(tail, self.end)
+            self.end_stable = False
+        else:  # nothing past ``end`` but zeros: another writer cut any torn tail we saw
+            self.torn = None
+        if (self.end >= self.roll_at and self.torn is None
+                and (self.log_dir / segment_name(self.head + 1)).exists()):
+            # a full segment is followed by the one starting at head + 1 or by none: a
+            # stat says which without listing the directory on every look at the head
+            segs = list_segments(self.log_dir)
+            for k, (base, path) in enumerate(segs):
+                if base <= self.base:
+                    continue
+                last = k == len(segs) - 1
+                if base != self.head + 1 and not (last and last_segment_is_torn(path)):
+                    raise CorruptLogError(
+                        path, 0, f"segment starts at seq {base}, expected {self.head + 1}"
+                    )
+                if not self._switch_to((base, path), self.digest, base, last):
+                    break
+
+    def _last_frame_still_there(self, fd: int) -> bool:
+        """Does the frame we believe ends at ``end`` still end there, with our digest?"""
+        if self.end <= SEGMENT_HEADER_SIZE:
+            return True  # no frame of this segment adopted yet
+        try:
+            foot = pread_all(fd, FOOTER_SIZE, self.end - FOOTER_SIZE)
+            flen = footer_frame_len(foot, FOOTER_SIZE, self.end - SEGMENT_HEADER_SIZE)
+            if flen is None:
+                return False
+            return pread_all(fd, 32, self.end - flen + FRAME_HEADER_SIZE - 32) == self.digest
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {self.path}: {e.strerror}") from e
+
+    def read_active(self) -> bytes:
+        """The active segment's content (without preallocated zeros)."""
+        assert self.path is not None
+        fd = self.active_fd()
+        try:
+            return pread_all(fd, data_end(fd, os.fstat(fd).st_size), 0)
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {self.path}: {e.strerror}") from e
+
+    def _rescan(self) -> None:
+        assert self.path is not None
+        data = self.read_active()
+        hdr = read_header(self.path, data)
+        tail = scan_tail(self.path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, self.base)
+        self.window.reset()  # it may hold the vanished batch's id: rebuild on demand
+        self.adopt(tail)
+        self.checked = True
+        self.end_stable = False
+
+    def _switch_to(
+        self, seg: tuple[int, Path], prev_digest: bytes, next_seq: int, last: bool
+    ) -> bool:
+        """Move on to a newer segment (False: it is the last one and its header is torn)."""
+        base, path = seg
+        fd = open_segment(path)
+        try:
+            data = pread_all(fd, data_end(fd, os.fstat(fd).st_size), 0)
+        except OSError as e:
+            raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
+        finally:
+            os.close(fd)
+        if last and segment_header_is_torn(data):
+            self.torn_seg = path
+            return False
+        hdr = read_header(path, data)
+        if hdr.prev_digest != prev_digest:
+            raise CorruptLogError(path, 0, "segment does not chain to the one before it")
+        self.set_active(base, path, hdr.roll_bytes, hdr.version)
+        self.head, self.digest = base - 1, prev_digest
+        tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, prev_digest, next_seq)
+        self.window.note_batches(path, data, tail, SEGMENT_HEADER_SIZE, base)
+        if self.torn_seg == path:
+            self.torn_seg = None
+        self.adopt(tail)
+        self.end_stable = False
+        return True
