@@ -42,6 +42,29 @@ def _canonical_key(k: str) -> tuple[int, str]:
     return (len(k), k) if k.isascii() else (len(k.encode()), k)
 
 
+_ORDERS: dict[tuple[Any, ...], list[Any]] = {}
+
+
+def canonical_order(d: dict[Any, Any]) -> list[Any]:
+    """``d``'s keys in canonical CBOR order, remembered per key tuple (packets repeat
+    the same few key sets: a dict lookup instead of a keyed sort per map).
+    :func:`canonical_order_plain` is the plain twin a test holds it equal to."""
+    ks = tuple(d)
+    order = _ORDERS.get(ks)
+    if order is None:
+        if not all(type(k) is str for k in ks):
+            raise _NotPlain
+        order = sorted(ks, key=_canonical_key)
+        if len(_ORDERS) >= 4096:
+            _ORDERS.clear()
+        _ORDERS[ks] = order
+    return order
+
+
+def canonical_order_plain(d: dict[str, Any]) -> list[str]:
+    return sorted(d, key=_canonical_key)
+
+
 def _sorted_copy(v: Any, level: int, deepest: list[int]) -> Any:
     """``v`` with every map's keys in canonical order: what decoding its canonical CBOR gives."""
     if level > deepest[0]:
@@ -50,7 +73,7 @@ def _sorted_copy(v: Any, level: int, deepest: list[int]) -> Any:
         raise _NotPlain
     if type(v) is dict:
         out = {}
-        for k in sorted(v, key=_canonical_key) if len(v) > 1 else v:
+        for k in canonical_order(v) if len(v) > 1 else v:
             if type(k) is not str:
                 raise _NotPlain
             x = v[k]
@@ -153,7 +176,7 @@ def check_packet(
 def check_packet_fields(packet: object) -> None:
     """The packet's own rules (a mapping, a target, lists of strings); raises
     :class:`InvalidPacketError`."""
-    if not isinstance(packet, Mapping):
+    if type(packet) is not dict and not isinstance(packet, Mapping):
         raise InvalidPacketError(f"a packet must be a JSON object, got {_json_type(packet)}")
     target = packet.get("target")
     if not isinstance(target, str) or not target.strip():
@@ -161,12 +184,16 @@ def check_packet_fields(packet: object) -> None:
     summary = packet.get("summary")
     if summary is not None and not isinstance(summary, str):
         raise InvalidPacketError("packet field 'summary' must be a string")
+    get = packet.get
     for name in LIST_FIELDS:
-        value = packet.get(name)
+        value = get(name)
         if value is None:
             continue
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, list):
             raise InvalidPacketError(f"packet field {name!r} must be a list of strings")
+        for v in value:
+            if type(v) is not str and not isinstance(v, str):
+                raise InvalidPacketError(f"packet field {name!r} must be a list of strings")
 
 
 def _checked(packet: Mapping[str, Any], max_bytes: int) -> tuple[dict[str, Any], bytes, int]:

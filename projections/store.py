@@ -256,9 +256,9 @@ class ContextStore:
                 folded.append((cache.PUT, key, fdata))
                 nbytes += len(canon)
             receipt = self._append(events, folded, nbytes=nbytes)
-        created = int(receipt.at)
-        first = receipt.first_seq
-        return [PutResult(e.key, first + i, created) for i, e in enumerate(events)]  # type: ignore[arg-type]
+            created = int(receipt.at)
+            first = receipt.first_seq
+            return [PutResult(e.key, first + i, created) for i, e in enumerate(events)]  # type: ignore[arg-type]
 
     def prune(self, all: bool = False, ttl: float | None = None) -> PruneResult:
         """Tombstone expired entries (or every entry with ``all``), one event each."""

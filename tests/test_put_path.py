@@ -192,3 +192,11 @@ def test_find_key_equals_binary_search(keys: list[bytes], probe: bytes, data: An
     for k in [probe, *(keys[:3]), *(keys[-3:]), *([data.draw(st.sampled_from(keys))] if keys
                                                    else [])]:
         assert find_key(buf, len(keys), k) == find_key_plain(buf, len(keys), k)
+
+
+@given(st.dictionaries(_keys, st.none(), max_size=8))
+def test_canonical_order_equals_the_keyed_sort(d: dict[str, Any]) -> None:
+    from projections.packet import canonical_order, canonical_order_plain
+
+    assert canonical_order(d) == canonical_order_plain(d)
+    assert canonical_order(dict(d)) == canonical_order_plain(d)  # from the cache
