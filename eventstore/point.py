@@ -25,7 +25,6 @@ from .frame import (
     FOOTER_MAGIC,
     FRAME_HEADER_SIZE,
     FRAME_OVERHEAD,
-    PAYLOAD_HEAD_MAX,
     parse_frame_head,
     payload_layout,
     row_bounds,
@@ -39,8 +38,10 @@ from .segments import (
     read_header,
 )
 
-#: Frames up to this payload size are read whole (one pread beats four small ones).
-WHOLE_FRAME_BYTES = 64 * 1024
+#: The first read at a frame: its header and the payload's head (PAYLOAD_HEAD_MAX + 16
+#: bytes: where the offsets start); a frame that fits is served from it alone (footer
+#: checked too), a bigger one with two more small reads (two offsets, the event).
+FIRST_READ = 4096
 #: Segments a reader keeps open (least recently used closed first).
 OPEN_SEGMENTS = 16
 _OFFS = struct.Struct("<II")
@@ -66,6 +67,7 @@ class PointReader:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self._segs: list[tuple[int, Path]] = []
+        self._bases: list[int] = []
         self._open: OrderedDict[Path, _Open] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -113,8 +115,9 @@ class PointReader:
     def _segment_for(self, seq: int, refresh: bool) -> _Open | None:
         if refresh or not self._segs:
             self._segs = list_segments(self.log_dir)
+            self._bases = [b for b, _p in self._segs]
         segs = self._segs
-        k = bisect_right([b for b, _p in segs], seq) - 1
+        k = bisect_right(self._bases, seq) - 1
         if k < 0:
             return None
         path = segs[k][1]
@@ -146,31 +149,24 @@ class PointReader:
             if seq >= idx.next_seq:
                 return None
         first, off, _digest = idx.locate(seq)  # the frame holding seq: an entry per frame
-        buf = pread_all(seg.fd, FRAME_HEADER_SIZE, off)
-        rel = 0
-        while True:  # from the index entry to the frame holding seq: headers only
-            if len(buf) - rel < FRAME_HEADER_SIZE:
-                buf, rel = pread_all(seg.fd, FRAME_HEADER_SIZE, off), 0
-            head = parse_frame_head(buf, rel)
-            if head is None or head[2] != first:
-                raise ValueError(f"no frame for seq {first} at byte {off}")
-            n, count, _f, _d = head
-            if seq < first + count:
-                break
-            first += count
-            off += n + FRAME_OVERHEAD
-            rel += n + FRAME_OVERHEAD
-        return _event_in_frame(seg.fd, off, n, first, count, seq)
+        # one read that holds the header and, for a small frame, all of it (for a big
+        # one: the payload's head, which says where the offsets are)
+        buf = pread_all(seg.fd, FIRST_READ, off)
+        head = parse_frame_head(buf, 0)
+        if head is None or head[2] != first or not first <= seq < first + head[1]:
+            raise ValueError(f"no frame for seq {seq} at byte {off}")
+        n, count, _f, _d = head
+        return _event_in_frame(seg.fd, off, n, count, seq - first, seq, buf)
 
 
-def _event_in_frame(fd: int, off: int, n: int, first: int, count: int, seq: int) -> StoredEvent:
-    """Event ``seq`` of the frame at ``off`` (payload ``n`` bytes); raises ValueError/OSError."""
-    i = seq - first
+def _event_in_frame(
+    fd: int, off: int, n: int, count: int, i: int, seq: int, buf: bytes
+) -> StoredEvent:
+    """Event ``i`` (seq ``seq``) of the frame at ``off`` (payload ``n`` bytes), ``buf``
+    holding the frame's first bytes; raises ValueError/OSError."""
     p0 = off + FRAME_HEADER_SIZE
-    if n <= WHOLE_FRAME_BYTES:
-        frame = pread_all(fd, n + FRAME_OVERHEAD, off)
-        if len(frame) != n + FRAME_OVERHEAD:
-            raise ValueError(f"frame at byte {off} is cut short")
+    if len(buf) >= n + FRAME_OVERHEAD:
+        frame = buf
         flen, fmagic = FOOTER.unpack_from(frame, n + FRAME_HEADER_SIZE)
         if fmagic != FOOTER_MAGIC or flen != n + FRAME_OVERHEAD:
             raise ValueError(f"bad frame footer at byte {off}")
@@ -181,8 +177,7 @@ def _event_in_frame(fd: int, off: int, n: int, first: int, count: int, seq: int)
             raise ValueError(f"frame at byte {off} has no per-event offsets")
         at, (a, b) = layout[0], span
         return StoredEvent(seq, at, bytes(payload[a:b]))
-    head = pread_all(fd, min(n, PAYLOAD_HEAD_MAX + 16), p0)
-    layout = payload_layout(head, count)
+    layout = payload_layout(memoryview(buf)[FRAME_HEADER_SIZE:], count)
     if layout is None:
         raise ValueError(f"frame at byte {off} has no per-event offsets")
     at, offs_start, rows_start = layout
@@ -202,5 +197,3 @@ def _event_in_frame(fd: int, off: int, n: int, first: int, count: int, seq: int)
     if len(row) != b - a:
         raise ValueError(f"frame at byte {off} is cut short")
     return StoredEvent(seq, at, row)
-
-
