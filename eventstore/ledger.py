@@ -21,15 +21,14 @@ import cbor2
 from .errors import (
     CorruptLogError,
     HeadMismatchError,
-    InvalidEventError,
     LedgerClosedError,
     LedgerError,
     LedgerIOError,
     StoreNotFoundError,
     WriterPoisonedError,
 )
-from .event import Event, Receipt, check_batch
-from .frame import GENESIS_DIGEST, encode_rows
+from .event import Event, Receipt, encode_batch
+from .frame import GENESIS_DIGEST
 from .lock import WriterLock
 from .point import PointReader
 from .reader import BATCHES, DIGESTS, EVENTS, Reader
@@ -180,28 +179,13 @@ class Ledger:
         ``batch_id`` makes a retry idempotent within the last ``batch_window``
         batches: a committed id writes nothing and returns the original receipt.
         """
-        rows, needs_trial_decode = check_batch(events)
-        if not rows:
-            raise InvalidEventError("a batch needs at least one event")
-        if batch_id is not None and (
-            not isinstance(batch_id, str) or not batch_id or len(batch_id) > 200
-        ):
-            raise InvalidEventError("batch_id must be a non-empty string of at most 200 characters")
-        try:
-            encoded = encode_rows(rows)
-        except Exception as e:
-            raise InvalidEventError(f"event data cannot be encoded as CBOR: {e}") from None
-        if needs_trial_decode:
-            try:
-                cbor2.loads(b"\x82" + encoded)  # [offsets, events]
-            except Exception as e:
-                raise InvalidEventError(f"event data would not decode from CBOR: {e}") from None
+        encoded, count = encode_batch(events, batch_id)  # every refusal, before a byte
         with self._mutex:
             self._check_writable()
             lock = self._writer_lock()
             lock.acquire()
             try:
-                return self._append_locked(encoded, len(rows), expected_head, batch_id)
+                return self._append_locked(encoded, count, expected_head, batch_id)
             finally:
                 lock.release()
 
