@@ -24,7 +24,8 @@ temporary directory under ``--workdir`` (removed afterwards):
   acknowledges durably is one transaction: all rows in one for "one", 1,000-row
   transactions for "batch1000", one per packet for "single"), open + inserts +
   close; the key (``cache_key_of(canonical_bytes(p))``, as ours), the JSON and
-  the text are computed inside the clock, as our store does. Info row: the same with keys and texts computed before the clock starts.
+  the text are computed inside the clock, as our store does. Info row: the same with keys and
+  texts computed before the clock starts.
   Medians over ``--reps`` repetitions.
 * **recall** -- each style's store opened afresh (``ContextStore.open(root)``,
   one warm-up query; that first call is reported too), then
