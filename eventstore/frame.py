@@ -180,13 +180,18 @@ def decode_segment_header(buf: bytes | memoryview) -> SegmentHeader:
 # --- payload ------------------------------------------------------------------------
 
 
+def encode_row(row: list[Any]) -> bytes:
+    """One event's CBOR ``[kind, key, data]``, exactly as :func:`encode_rows` writes it."""
+    return cbor2.dumps(row, default=_encode_other)
+
+
 def encode_rows(rows: list[list[Any]]) -> bytes:
     """The payload after ``at`` and ``batch_id``: the offsets, then the events array.
 
     Each event is encoded on its own so its offset is known; the concatenation
     is exactly the CBOR array ``cbor2.dumps(rows)`` would give.
     """
-    enc = [cbor2.dumps(r, default=_encode_other) for r in rows]
+    enc = [cbor2.dumps(r, default=_encode_other) for r in rows]  # encode_row, inlined
     offs = array("I", [0]) * len(enc)
     pos = 0
     for i, e in enumerate(enc):

@@ -19,7 +19,7 @@ from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
 
-from .errors import LedgerIOError
+from .errors import LedgerClosedError, LedgerIOError
 from .frame import (
     FOOTER,
     FOOTER_MAGIC,
@@ -47,6 +47,10 @@ OPEN_SEGMENTS = 16
 _OFFS = struct.Struct("<II")
 
 
+class NoOffsets(ValueError):
+    """A frame written before per-event offsets existed: it can only be read whole."""
+
+
 class _Open:
     """A segment kept open for point reads: its fd and frame index."""
 
@@ -68,6 +72,7 @@ class PointReader:
         self.log_dir = log_dir
         self._segs: list[tuple[int, Path]] = []
         self._bases: list[int] = []
+        self._closed = False
         self._open: OrderedDict[Path, _Open] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -81,6 +86,8 @@ class PointReader:
         if seq < 1:
             return None
         with self._lock:
+            if self._closed:
+                raise LedgerClosedError("ledger is closed")
             try:
                 for attempt in range(2):
                     seg = self._segment_for(seq, refresh=attempt > 0)
@@ -88,6 +95,8 @@ class PointReader:
                         continue
                     try:
                         found = self._read_in(seg, seq)
+                    except NoOffsets:
+                        raise  # an old frame: the index is fine, the caller reads it whole
                     except ValueError:
                         self._forget(seg)  # a stale index (a frame it saw was cut)?
                         if attempt:
@@ -100,8 +109,9 @@ class PointReader:
                 raise LedgerIOError(f"cannot read {self.log_dir}: {e.strerror or e}") from e
 
     def close(self) -> None:
-        """Close every segment held open (the reader stays usable: it reopens them)."""
+        """Close every segment held open; reads then raise ``LedgerClosedError``."""
         with self._lock:
+            self._closed = True
             for seg in self._open.values():
                 os.close(seg.fd)
             self._open.clear()
@@ -174,12 +184,12 @@ def _event_in_frame(
         layout = payload_layout(payload, count)
         span = row_bounds(payload, i) if layout is not None else None
         if layout is None or span is None:
-            raise ValueError(f"frame at byte {off} has no per-event offsets")
+            raise NoOffsets(f"frame at byte {off} has no per-event offsets")
         at, (a, b) = layout[0], span
         return StoredEvent(seq, at, bytes(payload[a:b]))
     layout = payload_layout(memoryview(buf)[FRAME_HEADER_SIZE:], count)
     if layout is None:
-        raise ValueError(f"frame at byte {off} has no per-event offsets")
+        raise NoOffsets(f"frame at byte {off} has no per-event offsets")
     at, offs_start, rows_start = layout
     pair = pread_all(fd, 8 if i + 1 < count else 4, p0 + offs_start + 4 * i)
     if i + 1 < count:

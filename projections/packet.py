@@ -11,6 +11,9 @@ import cbor2
 
 from eventstore import InvalidEventError
 from eventstore.event import MAX_DATA_DEPTH, Encoded
+from eventstore.frame import encode_row
+
+from .cache import PUT
 
 DEFAULT_MAX_PACKET_BYTES = 16 * 1024 * 1024
 LIST_FIELDS = ("paths", "symbols", "tests", "task_ids", "packet_types")
@@ -95,14 +98,17 @@ def _sorted_copy(v: Any, level: int, deepest: list[int]) -> Any:
 
 def encode_packet(packet: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, int]:
     """``(body, canonical bytes, depth)``: the packet as the log gives it back, its
-    canonical encoding and how many levels of maps and arrays it nests.
+    canonical encoding, and how many levels of maps and arrays it nests -- or -1
+    when the packet is not plain JSON and must not be stored verbatim.
 
     JSON's types without floats (what agents send) take a fast path: one walk
     that copies the packet with its maps' keys in canonical order, then plain
     CBOR of the copy, which is then byte for byte the canonical encoding
     (``canonical_bytes``; a property test holds the two equal). Anything else
-    (floats, tuples, bytes, other mappings...) is encoded canonically and
-    decoded back.
+    (floats, tuples, bytes, tags, other mappings...) is encoded canonically and
+    decoded back, and its depth is -1: such a packet is stored as a value (the
+    writer checks and trial-decodes it), not verbatim, because bytes like
+    value-sharing tags mean something else inside a bigger payload.
     """
     deepest = [0]
     try:
@@ -111,23 +117,40 @@ def encode_packet(packet: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, int
             raise _NotPlain
         return body, cbor2.dumps(body), deepest[0]
     except _NotPlain:
-        pass
+        if deepest[0] > MAX_DATA_DEPTH:
+            raise _too_deep() from None  # (cbor2's encoder itself crashes on very deep data)
     except RecursionError:
-        raise InvalidPacketError("packet nests too deeply") from None
+        raise _too_deep() from None
+    except (UnicodeEncodeError, ValueError) as e:  # lone surrogates, say
+        raise InvalidPacketError(f"packet cannot be encoded: {e}") from None
+    if PACKET_LEVEL - 1 + _depth(packet) > MAX_DATA_DEPTH:
+        raise _too_deep()
     data = canonical_bytes(packet)
     try:
         body = cbor2.loads(data)
+        same = canonical_bytes(body) == data
     except Exception as e:
         raise InvalidPacketError(f"packet does not decode from CBOR: {e}") from None
-    return body, data, _depth(body)
+    if not same:  # value-sharing or string-reference tags, say: no stable content address
+        raise InvalidPacketError(
+            "packet does not encode to the same canonical bytes once decoded "
+            "(its cache_key could not be checked again)"
+        )
+    return body, data, -1
+
+
+def _too_deep() -> InvalidPacketError:
+    return InvalidPacketError(f"packet nests deeper than {MAX_DATA_DEPTH - 1} levels")
 
 
 def _depth(v: Any) -> int:
-    """Levels of maps and arrays in a decoded value (sets and tags count as levels)."""
+    """Levels of maps, arrays, sets and tags in a value (any mapping counts)."""
     stack, deepest = [(v, 1)], 0
     while stack:
         x, level = stack.pop()
-        if isinstance(x, dict):
+        if level > MAX_DATA_DEPTH + 1:
+            return level  # deep enough to refuse: no need to walk the rest
+        if isinstance(x, Mapping):
             deepest = max(deepest, level)
             stack.extend((y, level + 1) for kv in x.items() for y in kv)
         elif isinstance(x, (list, tuple, set, frozenset)):
@@ -139,8 +162,11 @@ def _depth(v: Any) -> int:
     return deepest
 
 
-def packet_data(canonical: bytes, depth: int, metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The data of a ``cache.put`` event, with the packet's canonical bytes verbatim.
+def packet_data(
+    canonical: bytes, depth: int, metadata: Mapping[str, Any] | None, body: Any = None
+) -> dict[str, Any]:
+    """The data of a ``cache.put`` event; a plain packet (``depth >= 0``) is stored
+    as its canonical bytes verbatim, anything else as the value ``body``.
 
     The packet comes last in the event's CBOR (keys ``bytes``, ``metadata``,
     ``packet``, in canonical order), so a point read finds its bytes at the
@@ -149,8 +175,14 @@ def packet_data(canonical: bytes, depth: int, metadata: Mapping[str, Any] | None
     data: dict[str, Any] = {"bytes": len(canonical)}
     if metadata:
         data["metadata"] = dict(metadata)
-    data["packet"] = Encoded(canonical, depth)
+    data["packet"] = Encoded(canonical, depth) if depth >= 0 else body
     return data
+
+
+def verbatim_row(key: str, canonical: bytes) -> bytes:
+    """The exact bytes of the event row :func:`packet_data` makes for a plain packet
+    without metadata: a point read that finds these bytes has found that event."""
+    return encode_row([PUT, key, packet_data(canonical, 0, None)])
 
 
 def packet_bytes_in_row(row: bytes, nbytes: int) -> bytes:
@@ -203,7 +235,7 @@ def _checked(packet: Mapping[str, Any], max_bytes: int) -> tuple[dict[str, Any],
             f"packet is {len(data)} bytes encoded, over the {max_bytes}-byte limit"
         )
     if PACKET_LEVEL - 1 + depth > MAX_DATA_DEPTH:
-        raise InvalidPacketError(f"packet nests deeper than {MAX_DATA_DEPTH - 1} levels")
+        raise _too_deep()
     # body: the packet as the log will give it back (plain dicts and lists, no tuples
     # or other mappings): views fold a fresh append from memory, a rebuild from the log
     return body, data, depth

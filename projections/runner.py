@@ -171,6 +171,9 @@ class Runner:
         states = [v.state for v in self.views.values()]
         if any(st.seq < first_seq - 1 for st in states):
             self.catch_up(until=first_seq - 1)
+            if any(st.seq < first_seq - 1 for st in states):  # the log fell short: read it all
+                self.catch_up()
+                return
         self._pending_bytes += nbytes
         if not states:
             return

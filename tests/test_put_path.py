@@ -39,7 +39,8 @@ def test_encode_packet_equals_canonical_cbor(packet: dict[str, Any]) -> None:
     assert canon == canonical_bytes(packet)
     assert body == cbor2.loads(canon)
     assert list(_all_keys(body)) == list(_all_keys(cbor2.loads(canon)))  # same key order
-    assert depth == _depth(body)
+    plain = "float" not in repr([type(x).__name__ for x in _all_values(packet)])
+    assert depth == (_depth(body) if plain else -1)  # -1: not stored verbatim
 
 
 def _all_keys(v: Any) -> Any:
@@ -50,6 +51,16 @@ def _all_keys(v: Any) -> Any:
     elif isinstance(v, list):
         for x in v:
             yield from _all_keys(x)
+
+
+def _all_values(v: Any) -> Any:
+    yield v
+    if isinstance(v, dict):
+        for x in v.values():
+            yield from _all_values(x)
+    elif isinstance(v, list):
+        for x in v:
+            yield from _all_values(x)
 
 
 def _depth(v: Any) -> int:
@@ -72,10 +83,12 @@ def test_packet_bytes_stand_verbatim_at_the_end_of_the_row(packet: dict[str, Any
     body, canon, depth = encode_packet(packet)
     for meta in (None, {"tool": "x", "n": 2}):
         with MemoryLog() as log:
-            log.append([Event("cache.put", cache_key_of(canon), packet_data(canon, depth, meta))])
+            data = packet_data(canon, depth, meta, body)
+            log.append([Event("cache.put", cache_key_of(canon), data)])
             stored = log.read_raw(1)
             assert stored is not None
-            assert packet_bytes_in_row(stored.row, len(canon)) == canon
+            if depth >= 0:  # plain JSON: stored verbatim, last in the row
+                assert packet_bytes_in_row(stored.row, len(canon)) == canon
             assert stored.event().data["packet"] == body
 
 
@@ -200,3 +213,103 @@ def test_canonical_order_equals_the_keyed_sort(d: dict[str, Any]) -> None:
 
     assert canonical_order(d) == canonical_order_plain(d)
     assert canonical_order(dict(d)) == canonical_order_plain(d)  # from the cache
+
+
+# --- found in review: inputs the fast path must not let through -------------------------------
+
+
+def test_a_map_nested_in_a_map_key_cannot_make_the_log_undecodable(tmp_path: Path) -> None:
+    from eventstore import InvalidEventError
+
+    key: Any = 1
+    for _ in range(396):
+        key = cbor2.frozendict({key: 1})
+    with ContextStore.open(tmp_path) as store:
+        with pytest.raises(InvalidEventError):
+            store.put({"target": "t", "a": {key: 1}})
+        store.put({"target": "t", "summary": "still fine"})
+    with Ledger.open(store_dir(tmp_path) / "log", readonly=True) as led:
+        assert led.verify().ok and [e.seq for e in led.read()] == [1]
+
+
+def test_a_lone_surrogate_is_a_packet_error() -> None:
+    from projections.packet import InvalidPacketError, check_packet
+
+    for pkt in ({"target": "t", "summary": "\ud800"}, {"target": "t", "payload": {"\udfff": 1}}):
+        with pytest.raises(InvalidPacketError):
+            check_packet(pkt)
+
+
+def test_very_deep_packets_are_refused_before_encoding() -> None:
+    from projections.packet import InvalidPacketError, check_packet
+
+    deep: Any = 1
+    for _ in range(10_000):
+        deep = [deep]
+    for pkt in ({"target": "t", "payload": deep}, {"target": "t", "payload": (deep,)}):
+        with pytest.raises(InvalidPacketError, match="nests deeper"):
+            check_packet(pkt)
+
+
+def test_packets_whose_canonical_bytes_do_not_survive_decoding_are_refused() -> None:
+    """Value-sharing tags mean something else once decoded (and inside a bigger payload):
+    the packet's content address could never be checked again, so it is refused."""
+    from projections.packet import InvalidPacketError, check_packet
+
+    p = {"target": "t", "v": [cbor2.CBORTag(28, "AAA"), cbor2.CBORTag(29, 0)]}
+    with pytest.raises(InvalidPacketError, match="canonical"):
+        check_packet(p)
+    body, canon = check_packet({"target": "t", "when": 1.5, "b": b"\x00", "t": (1, 2)})
+    assert canonical_bytes(body) == canon  # other non-JSON types round-trip: accepted
+
+
+def test_a_row_rewritten_around_the_real_packet_is_not_served(tmp_path: Path) -> None:
+    """Keeping the real packet's bytes at the end of the row but putting another packet
+    before them (same length, checksums recomputed) must not serve the other packet."""
+    real = {"target": "t", "summary": "pay alice"}
+    with ContextStore.open(tmp_path) as store:
+        key = store.put(real).cache_key
+    with ContextStore.open(tmp_path, readonly=True) as store:
+        stored = store.ledger.read_raw(1)
+        assert stored is not None
+    canon = canonical_bytes(real)
+    evil = cbor2.dumps({"target": "t", "summary": "pay mallo"}, canonical=True)
+    # {"bytes": n, "packet": EVIL, "q": REAL}: a 3-map instead of a 2-map, same length overall
+    forged = (stored.row[: stored.row.index(b"\xa2")] + b"\xa3" + cbor2.dumps("bytes")
+              + cbor2.dumps(len(canon)) + cbor2.dumps("packet") + evil + cbor2.dumps("q") + canon)
+    assert forged.endswith(canon)
+    seg = next((store_dir(tmp_path) / "log").glob("*.seg"))
+    data = seg.read_bytes()
+    assert data.count(stored.row) == 1 and len(forged) != len(stored.row)
+    # a different length moves the frame's end: write the forged frame whole instead
+    from eventstore.frame import encode_frame_parts, encode_rows, payload_prefix
+
+    at = stored.at
+    payload = payload_prefix(at, None) + encode_rows([["cache.put", key, {"x": 1}]])
+    payload = payload.replace(cbor2.dumps(["cache.put", key, {"x": 1}]), forged)
+    # offsets: one event, at 0 -- unchanged by the swap
+    frame, _digest = encode_frame_parts(data[24:56], 1, 1, (payload,))
+    seg.write_bytes(data[:SEGMENT_HEADER_SIZE] + frame)
+    with ContextStore.open(tmp_path, readonly=True) as store:
+        got = store.ledger.read_raw(1)
+        assert got is not None and got.row == forged  # the point read finds the forgery
+        with pytest.raises(LedgerError, match="does not match its cache_key"):
+            store.get(key)
+
+
+def test_metadata_is_read_through_the_chain(tmp_path: Path) -> None:
+    """Metadata is not covered by the content address: bit rot in it fails closed."""
+    from eventstore import CorruptLogError
+
+    with ContextStore.open(tmp_path) as store:
+        key = store.put({"target": "t"}, metadata={"tool": "abcdef"}).cache_key
+        store.put({"target": "t", "summary": "after"})
+        assert store.get(key).metadata["tool"] == "abcdef"  # type: ignore[union-attr]
+    seg = next((store_dir(tmp_path) / "log").glob("*.seg"))
+    data = bytearray(seg.read_bytes())
+    i = data.index(b"abcdef")
+    data[i : i + 6] = b"xxxxxx"
+    seg.write_bytes(bytes(data))
+    with ContextStore.open(tmp_path, readonly=True) as store:
+        with pytest.raises(CorruptLogError):
+            store.get(key)
