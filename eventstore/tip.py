@@ -45,6 +45,7 @@ class Tip:
     def __init__(self, log_dir: Path, window: BatchWindow, roll_at: int) -> None:
         self.log_dir = log_dir
         self.window = window
+        self._next_name: tuple[int, str] = (0, "")  # (head + 1, path of that segment)
         #: Called before the handle leaves the active segment (the writer syncs it).
         self.on_leave: Callable[[], None] = lambda: None
         self.fault: LedgerError | None = None
@@ -195,8 +196,12 @@ class Tip:
             # two durable appends measurably slows the second fdatasync, so the
             # append path never stats. A torn tail we saw may itself start with
             # zeros: then only the size tells whether it is still there.
-            peek = pread_all(fd, 4, self.end)
-            intact = self.end_stable or self._last_frame_still_there(fd)
+            if self.end_stable or self.end <= SEGMENT_HEADER_SIZE:
+                peek, intact = pread_all(fd, 4, self.end), True
+            else:  # one read: our last frame's footer and the 4 bytes after it
+                around = pread_all(fd, FOOTER_SIZE + 4, self.end - FOOTER_SIZE)
+                peek = around[FOOTER_SIZE:]
+                intact = self._last_frame_still_there(fd, around[:FOOTER_SIZE])
             look = peek != b"\0\0\0\0" or not intact or self.torn is not None
             size = os.fstat(fd).st_size if look else -1
             if size > self.end and intact:
@@ -223,8 +228,7 @@ class Tip:
             self.end_stable = False
         else:  # nothing past ``end`` but zeros: another writer cut any torn tail we saw
             self.torn = None
-        if (self.end >= self.roll_at and self.torn is None
-                and (self.log_dir / segment_name(self.head + 1)).exists()):
+        if self.end >= self.roll_at and self.torn is None and self._next_segment_exists():
             # a full segment is followed by the one starting at head + 1 or by none: a
             # stat says which without listing the directory on every look at the head
             segs = list_segments(self.log_dir)
@@ -239,12 +243,24 @@ class Tip:
                 if not self._switch_to((base, path), self.digest, base, last):
                     break
 
-    def _last_frame_still_there(self, fd: int) -> bool:
-        """Does the frame we believe ends at ``end`` still end there, with our digest?"""
+    def _next_segment_exists(self) -> bool:
+        """Is there a segment starting at ``head + 1``? One stat of a cached path string
+        (a refresh asks this on every look at the head once the active segment is full)."""
+        if self._next_name[0] != self.head + 1:
+            name = os.path.join(self.log_dir, segment_name(self.head + 1))
+            self._next_name = (self.head + 1, name)
+        return os.path.exists(self._next_name[1])
+
+    def _last_frame_still_there(self, fd: int, foot: bytes | None = None) -> bool:
+        """Does the frame we believe ends at ``end`` still end there, with our digest?
+
+        ``foot``: the 8 bytes before ``end``, when the caller has read them already.
+        """
         if self.end <= SEGMENT_HEADER_SIZE:
             return True  # no frame of this segment adopted yet
         try:
-            foot = pread_all(fd, FOOTER_SIZE, self.end - FOOTER_SIZE)
+            if foot is None or len(foot) != FOOTER_SIZE:
+                foot = pread_all(fd, FOOTER_SIZE, self.end - FOOTER_SIZE)
             flen = footer_frame_len(foot, FOOTER_SIZE, self.end - SEGMENT_HEADER_SIZE)
             if flen is None:
                 return False
