@@ -129,6 +129,12 @@ def _walk_other(obj: Any, depth: int) -> None:
         _walk_other(obj.value, depth + 1)
 
 
+def check_depth(value: Any, level: int) -> None:
+    """Raise :class:`InvalidEventError` if ``value``, standing at ``level`` of an
+    event's data, nests deeper than :data:`MAX_DATA_DEPTH` (without recursing past it)."""
+    _walk_other(value, level)
+
+
 def _check(event: object) -> bool:
     """Validate one event (see :func:`check_event`); True if its data is not plain."""
     if type(event) is not Event and not isinstance(event, Event):

@@ -10,7 +10,7 @@ import blake3
 import cbor2
 
 from eventstore import InvalidEventError
-from eventstore.event import MAX_DATA_DEPTH, Encoded
+from eventstore.event import MAX_DATA_DEPTH, Encoded, check_depth
 from eventstore.frame import encode_row
 
 from .cache import PUT
@@ -123,8 +123,10 @@ def encode_packet(packet: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, int
         raise _too_deep() from None
     except (UnicodeEncodeError, ValueError) as e:  # lone surrogates, say
         raise InvalidPacketError(f"packet cannot be encoded: {e}") from None
-    if PACKET_LEVEL - 1 + _depth(packet) > MAX_DATA_DEPTH:
-        raise _too_deep()
+    try:
+        check_depth(packet, PACKET_LEVEL)  # before cbor2's encoder sees very deep data
+    except InvalidEventError:
+        raise _too_deep() from None
     data = canonical_bytes(packet)
     try:
         body = cbor2.loads(data)
@@ -141,25 +143,6 @@ def encode_packet(packet: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, int
 
 def _too_deep() -> InvalidPacketError:
     return InvalidPacketError(f"packet nests deeper than {MAX_DATA_DEPTH - 1} levels")
-
-
-def _depth(v: Any) -> int:
-    """Levels of maps, arrays, sets and tags in a value (any mapping counts)."""
-    stack, deepest = [(v, 1)], 0
-    while stack:
-        x, level = stack.pop()
-        if level > MAX_DATA_DEPTH + 1:
-            return level  # deep enough to refuse: no need to walk the rest
-        if isinstance(x, Mapping):
-            deepest = max(deepest, level)
-            stack.extend((y, level + 1) for kv in x.items() for y in kv)
-        elif isinstance(x, (list, tuple, set, frozenset)):
-            deepest = max(deepest, level)
-            stack.extend((y, level + 1) for y in x)
-        elif isinstance(x, cbor2.CBORTag):
-            deepest = max(deepest, level)
-            stack.append((x.value, level + 1))
-    return deepest
 
 
 def packet_data(
