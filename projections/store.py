@@ -25,6 +25,8 @@ from eventstore import (
 )
 
 from . import cache
+from . import handoffs as handoffs_view
+from . import tasks as tasks_view
 from .cache import CacheState, EntryRef
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
@@ -37,6 +39,7 @@ from .packet import (
     verbatim_row,
 )
 from .runner import Progress, Projection, Runner, State, fold, paused_gc
+from .task_api import Agent, Tasks
 
 if TYPE_CHECKING:
     from .recall import RecallHit
@@ -60,11 +63,15 @@ def _recall_decode(data: bytes | memoryview) -> RecallState:
 
 
 RECALL = Projection(RECALL_NAME, 3, _recall_new, _recall_decode)
+TASKS = Projection(tasks_view.NAME, tasks_view.VERSION, tasks_view.TaskState,
+                   tasks_view.TaskState.from_bytes)
+HANDOFFS = Projection(handoffs_view.NAME, handoffs_view.VERSION, handoffs_view.HandoffState,
+                      handoffs_view.HandoffState.from_bytes)
 
 
 def projections() -> list[Projection]:
     """Every view the store keeps, in fold order."""
-    return [CACHE, RECALL]
+    return [CACHE, RECALL, TASKS, HANDOFFS]
 
 
 @attrs.frozen
@@ -166,6 +173,10 @@ class ContextStore:
         self.readonly = readonly
         self._closed = False
         self._owns_log = True
+        self.tasks = Tasks(self)
+        """The task registry: create, start, note, complete, ... and list, history."""
+        self.agent = Agent(self)
+        """Bootstraps and handoffs between agent runs."""
 
     @classmethod
     def open(
@@ -531,6 +542,7 @@ class ContextStore:
             "skipped_unknown_events": st.skipped_unknown,
             "skipped_bad_events": st.skipped_bad,
             "head_seq": self.ledger.head,
+            "tasks": self.tasks.counts(),
             "checkpoint_fallbacks": sum(len(v.refused) for v in self.runner.views.values()),
             "checkpoint_error": self.runner.checkpoint_error,
             "views": views,
