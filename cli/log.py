@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from eventstore import Event, Ledger, Receipt
+from eventstore import Event, LogBackend, Receipt
 
 from .options import COUNT, JSON_OBJECT, SEQ, Ctx, store_options
 from .output import event_json, event_line, iso_time
@@ -161,15 +161,17 @@ def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
     if not follow:
         _emit_events(ctx, recent)
         return
-    for e in itertools.chain(recent, _follow(led, head, interval)):
+    for e in itertools.chain(recent, follow(led, head, interval)):
         if ctx.json:
             ctx.emit_jsonl(event_json(e))
         else:
             ctx.emit_lines([event_line(e)])
 
 
-def _follow(led: Ledger, after: int, interval: float) -> Iterator[Event]:
-    """Events committed after seq ``after``, forever; polls the (readonly) head."""
+def follow(led: LogBackend, after: int, interval: float) -> Iterator[Event]:
+    """Events committed after seq ``after``, forever; polls the (readonly) head.
+
+    Stops (BrokenPipeError) when stdout is a pipe whose reader has gone."""
     while True:
         head = led.head
         if head > after:

@@ -43,6 +43,8 @@ COMMANDS: dict[str, str] = {
     "checkpoint": "cli.maintain:checkpoint",
     "demo": "cli.demo:demo",
     "recall": "cli.recall:recall",
+    "task": "cli.task:task",
+    "agent": "cli.agent:agent",
 }
 """Every top-level command: name -> ``"module:attribute"`` of a click command or group."""
 
