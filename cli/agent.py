@@ -26,7 +26,7 @@ def agent() -> None:
 def _payload(source: str) -> dict[str, Any]:
     """The payload argument: ``-`` reads stdin, anything else names a file."""
     value = source if source == "-" else "@" + source
-    return JSON_OBJECT.convert(value, None, click.get_current_context())  # type: ignore[no-any-return]
+    return JSON_OBJECT.convert(value, None, click.get_current_context())
 
 
 def _written(ctx: Ctx, h: Handoff) -> None:
@@ -43,7 +43,7 @@ def agent_bootstrap(ctx: Ctx, source: str, task_id: str | None) -> None:
 
     \b
     Example:
-      echo '{"goal": "fix auth", "read": ["src/auth.rs"]}' | ctxledger agent bootstrap --task t-01...
+      echo '{"goal": "fix auth"}' | ctxledger agent bootstrap --task t-01...
     """
     payload = _payload(source)
     with usage_errors():

@@ -161,14 +161,14 @@ def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
     if not follow:
         _emit_events(ctx, recent)
         return
-    for e in itertools.chain(recent, follow(led, head, interval)):
+    for e in itertools.chain(recent, follow_log(led, head, interval)):
         if ctx.json:
             ctx.emit_jsonl(event_json(e))
         else:
             ctx.emit_lines([event_line(e)])
 
 
-def follow(led: LogBackend, after: int, interval: float) -> Iterator[Event]:
+def follow_log(led: LogBackend, after: int, interval: float) -> Iterator[Event]:
     """Events committed after seq ``after``, forever; polls the (readonly) head.
 
     Stops (BrokenPipeError) when stdout is a pipe whose reader has gone."""

@@ -11,7 +11,7 @@ import click
 from projections.task_api import TaskEvent, TaskInfo
 from projections.tasks import NOTE_TYPES, STATES, STATUS_NAMES, TaskState
 
-from .log import follow
+from .log import follow_log
 from .options import JSON_OBJECT, Ctx, store_options
 from .output import dumps, iso_time
 from .views import SEQ_OR_TIME, open_store
@@ -286,7 +286,7 @@ def task_watch(ctx: Ctx, task_id: str | None, interval: float) -> None:
     st = open_store(ctx)
     state = st.runner.state("tasks")
     assert isinstance(state, TaskState)
-    for ev in follow(st.ledger, st.ledger.head, interval):
+    for ev in follow_log(st.ledger, st.ledger.head, interval):
         state.apply(ev)
         if not ev.kind.startswith("task.") or (task_id is not None and ev.key != task_id):
             continue

@@ -112,7 +112,7 @@ def note_paths(data: Any) -> list[str]:
     if not isinstance(data, Mapping):
         return []
     p = data.get("path")
-    if _is_short_str(p, 4096):
+    if isinstance(p, str) and _is_short_str(p, 4096):
         return [p]
     ps = data.get("paths")
     if isinstance(ps, list) and ps and all(_is_short_str(x, 4096) for x in ps):
