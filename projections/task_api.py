@@ -11,6 +11,7 @@ and is refused, with nothing appended.
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import attrs
 import cbor2
 
 from eventstore import Event, HeadMismatchError, LedgerError, LogBackend
+from eventstore.event import MAX_DATA_DEPTH
 
 from . import handoffs as H
 from . import tasks as T
@@ -178,14 +180,33 @@ class Handoff:
 def plain(value: Any) -> Any:
     """``value`` exactly as the log will give it back (lists, not tuples; a private copy).
 
-    The fold keeps what it is handed, so a writer folds this copy: the caller
-    changing its own dict afterwards changes nothing, and the view folded from
-    memory equals the one refolded from the log.
+    Only JSON values are taken (maps with string keys, lists, strings, finite
+    numbers, booleans, null): what a note, result or payload holds must print
+    as JSON and mean the same to every reader. The fold keeps what it is
+    handed, so a writer folds this copy: the caller changing its own dict
+    afterwards changes nothing, and the view folded from memory equals the one
+    refolded from the log.
     """
-    try:
-        return cbor2.loads(cbor2.dumps(value))
-    except (TypeError, ValueError, cbor2.CBOREncodeError) as e:
-        raise ValueError(f"not storable as an event payload: {e}") from None
+    stack = [(value, 2)]  # a payload sits at level 2 of its event's data
+    while stack:
+        v, depth = stack.pop()
+        if v is None or type(v) in (str, bool, int):
+            continue
+        if type(v) is float:
+            if not math.isfinite(v):
+                raise ValueError("NaN and infinities are not JSON")
+            continue
+        if depth > MAX_DATA_DEPTH:
+            raise ValueError(f"the value nests deeper than {MAX_DATA_DEPTH} levels")
+        if isinstance(v, Mapping):
+            if not all(type(k) is str for k in v):
+                raise ValueError("JSON object keys must be strings")
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, depth + 1) for x in v)
+        else:
+            raise ValueError(f"{type(v).__name__} is not a JSON value")
+    return cbor2.loads(cbor2.dumps(value))
 
 
 def read_seqs(log: LogBackend, seqs: Iterable[int]) -> dict[int, Event]:
@@ -329,11 +350,11 @@ class Tasks(_Writer):
             k = kind(t) if callable(kind) else kind
             _check_data(k, data)
             why = T.violation(t, k, data)
-            if why == "unknown task" or (t is None and k == T.RELEASED):
+            if why is None:
+                return [Event(k, task_id, data)]
+            if t is None or (t.state == "unknown" and t.quarantine is None):
                 raise UnknownTaskError(task_id)
-            if why is not None:
-                raise TaskStateError(task_id, action, why)
-            return [Event(k, task_id, data)]
+            raise TaskStateError(task_id, action, why)
 
         st = self._commit(decide)
         return TaskInfo.of(st.tasks[task_id])
