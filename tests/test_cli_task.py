@@ -138,7 +138,8 @@ def test_cancel_release_and_handoffs(root: Path) -> None:
 def test_bad_input_one_line_and_nothing_written(
     root: Path, args: list[str], code: int, needle: str
 ) -> None:
-    assert cli("task", "create", "--title", "k", "--id", "known", "--root", str(root)).exit_code == 0
+    made = cli("task", "create", "--title", "k", "--id", "known", "--root", str(root))
+    assert made.exit_code == 0
     before = log_bytes(root)
     r = cli(*args, "--root", str(root), input='{"a": 1}')
     assert r.exit_code == code, (r.stdout, r.stderr)
