@@ -108,7 +108,25 @@ def _key(k: Any, path: set[int]) -> str:
 def dumps(obj: Any, *, compact: bool = False, ascii_only: bool = True) -> str:
     """One JSON document for ``obj``; never raises for a value the log can hold."""
     seps = (",", ":") if compact else (", ", ": ")
+    text = dumps_if_plain(obj, seps, ascii_only)
+    if text is not None:
+        return text
     return json.dumps(to_jsonable(obj), separators=seps, ensure_ascii=ascii_only, allow_nan=False)
+
+
+def dumps_if_plain(obj: Any, seps: tuple[str, str], ascii_only: bool) -> str | None:
+    """``obj`` as JSON when it is plain JSON already, else None.
+
+    The same text :func:`to_jsonable` then ``json.dumps`` gives for such a value
+    (tests/test_output.py holds the two equal), without first walking a large
+    document (a 10,000-task listing) in Python: the encoder refuses anything
+    that needs a wrapper (bytes, sets, NaN, cycles, objects), and then the
+    walk decides.
+    """
+    try:
+        return json.dumps(obj, separators=seps, ensure_ascii=ascii_only, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 # --- human forms --------------------------------------------------------------------

@@ -291,7 +291,8 @@ def task_watch(ctx: Ctx, task_id: str | None, interval: float) -> None:
         if not ev.kind.startswith("task.") or (task_id is not None and ev.key != task_id):
             continue
         t = state.tasks.get(ev.key or "")
-        status = STATUS_NAMES[t.events[-1][1]] if t is not None and t.events else "skipped"
+        events = state.detail(t.id).events if t is not None else []
+        status = STATUS_NAMES[events[-1][1]] if events else "skipped"
         row = {"seq": ev.seq, "at": ev.at, "id": ev.key, "kind": ev.kind, "data": ev.data,
                "status": status, "state": t.state if t is not None else None}
         if ctx.json:

@@ -91,7 +91,8 @@ class Runner:
         v = self.views.get(name)
         if v is None:
             v = self.views[name] = self._load(self.projections[name])
-            fold(self.ledger, [v.state], v.state.seq + 1, None, progress)
+            if v.state.seq < self.ledger.head:  # (a read past the head would still seek)
+                fold(self.ledger, [v.state], v.state.seq + 1, None, progress)
         return v
 
     def state(self, name: str) -> State:

@@ -94,16 +94,19 @@ class TaskInfo:
         return cls(
             t.id, t.title, t.state, t.parent, tuple(t.labels), t.quarantine is not None,
             dict(t.quarantine) if t.quarantine is not None else None, t.cancel_requested,
-            t.created_at, t.started_at, t.ended_at, t.updated_at, t.last_seq, len(t.events),
-            sum(1 for _s, st in t.events if st == T.HELD), dict(t.notes),
+            t.created_at, t.started_at, t.ended_at, t.updated_at, t.last_seq, t.n_events,
+            t.n_held, dict(t.notes),
             dict(t.progress) if t.progress is not None else None, t.reason, t.result,
             t.releases,
         )
 
     def to_json(self) -> dict[str, Any]:
-        d = attrs.asdict(self)
+        d = {name: getattr(self, name) for name in _INFO_FIELDS}  # shallow: values are plain
         d["labels"] = list(self.labels)
         return d
+
+
+_INFO_FIELDS = tuple(f.name for f in attrs.fields(TaskInfo))
 
 
 @attrs.frozen
@@ -120,14 +123,14 @@ class WorkingRecord:
     files: dict[str, dict[str, int]]
 
     @classmethod
-    def of(cls, t: T.TaskRecord) -> WorkingRecord:
+    def of(cls, task_id: str, d: T.TaskDetail) -> WorkingRecord:
         def kept(typ: str) -> tuple[dict[str, Any], ...]:
-            return tuple(dict(n) for n in t.kept.get(typ, ()))
+            return tuple(dict(n) for n in d.kept.get(typ, ()))
 
         qs = kept("question")
-        return cls(t.id, tuple(q for q in qs if "resolved_by" not in q), qs, kept("decision"),
-                   kept("intention"), kept("evidence"),
-                   {p: dict(f) for p, f in sorted(t.files.items())})
+        return cls(task_id, tuple(q for q in qs if "resolved_by" not in q), qs,
+                   kept("decision"), kept("intention"), kept("evidence"),
+                   {p: dict(f) for p, f in sorted(d.files.items())})
 
     def to_json(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in attrs.asdict(self).items()}
@@ -367,8 +370,8 @@ class Tasks(_Writer):
 
     def record(self, task_id: str, as_of: int | float | None = None) -> WorkingRecord | None:
         """The task's working record (open questions, decisions, files touched, ...)."""
-        t = self._state(as_of).tasks.get(task_id)
-        return None if t is None else WorkingRecord.of(t)
+        st = self._state(as_of)
+        return None if task_id not in st.tasks else WorkingRecord.of(task_id, st.detail(task_id))
 
     def list(
         self,
@@ -397,12 +400,13 @@ class Tasks(_Writer):
 
     def history(self, task_id: str, as_of: int | float | None = None) -> builtins.list[TaskEvent]:
         """Every event naming the task, in order, read (chain-checked) from the log."""
-        t = self._state(as_of).tasks.get(task_id)
-        if t is None:
+        st = self._state(as_of)
+        if task_id not in st.tasks:
             raise UnknownTaskError(task_id)
-        got = read_seqs(self._store.ledger, (s for s, _st in t.events))
+        events = st.detail(task_id).events
+        got = read_seqs(self._store.ledger, (s for s, _st in events))
         out = []
-        for s, status in t.events:
+        for s, status in events:
             ev = got.get(s)
             if ev is None:
                 raise LedgerError(f"task {task_id}: seq {s} is not in the log")

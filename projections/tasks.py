@@ -150,12 +150,7 @@ def violation(task: TaskRecord | None, kind: str, data: Any) -> str | None:
 
 @attrs.define(slots=True)
 class TaskRecord:
-    """One task as the fold keeps it (mutable inside the fold only).
-
-    ``events`` holds ``(seq, status)`` of every event naming this task, the
-    offending and held ones too: the history reads their bodies from the log.
-    ``record`` is the working record: the kept notes and the files touched.
-    """
+    """One task's registry row as the fold keeps it (mutable inside the fold only)."""
 
     id: str
     state: str = "unknown"
@@ -174,29 +169,54 @@ class TaskRecord:
     result: Any = None
     quarantine: dict[str, Any] | None = None
     releases: int = 0
-    events: list[list[int]] = attrs.Factory(list)
-    # working record: kept notes as {"seq", "at", "data"} (+ "resolved_by" for questions)
-    kept: dict[str, list[dict[str, Any]]] = attrs.Factory(dict)
-    files: dict[str, dict[str, int]] = attrs.Factory(dict)
+    n_events: int = 0  # every event naming the task, offending and held ones too
+    n_held: int = 0
 
     def to_plain(self) -> list[Any]:
-        return [getattr(self, f.name) for f in attrs.fields(TaskRecord)]
+        return [getattr(self, name) for name in _FIELDS]
 
-    @classmethod
-    def from_plain(cls, row: list[Any]) -> TaskRecord:
-        return cls(*row)
+
+@attrs.define(slots=True)
+class TaskDetail:
+    """What only ``task show`` and ``task history`` need, kept apart from the registry.
+
+    ``events`` holds ``[seq, status]`` of every event naming the task (the
+    history reads their bodies from the log); ``kept`` the decision, question,
+    intention and evidence notes as ``{"seq", "at", "data"}`` (questions gain
+    ``resolved_by``); ``files`` the paths of file notes with counts.
+    """
+
+    events: list[list[int]] = attrs.Factory(list)
+    kept: dict[str, list[dict[str, Any]]] = attrs.Factory(dict)
+    files: dict[str, dict[str, int]] = attrs.Factory(dict)
 
 
 _FIELDS = tuple(f.name for f in attrs.fields(TaskRecord))
 
 
 class TaskState:
-    """Fold state of the tasks view; ``apply`` is idempotent below ``seq``."""
+    """Fold state of the tasks view; ``apply`` is idempotent below ``seq``.
+
+    A checkpoint decodes every registry row but leaves each task's detail as
+    its own CBOR bytes until it is asked for (or an event touches it): a cold
+    ``task list`` never pays for ten thousand histories, and a checkpoint
+    re-encodes only the details that changed.
+    """
 
     def __init__(self) -> None:
         self.seq = 0
         self.tasks: dict[str, TaskRecord] = {}
+        self._details: dict[str, TaskDetail] = {}
+        self._raw: dict[str, bytes] = {}  # details not decoded since the checkpoint
         self.skipped_bad = 0  # task events whose key is not a task id
+
+    def detail(self, tid: str) -> TaskDetail:
+        d = self._details.get(tid)
+        if d is None:
+            raw = self._raw.pop(tid, None)
+            d = TaskDetail() if raw is None else TaskDetail(*cbor2.loads(raw))
+            self._details[tid] = d
+        return d
 
     def apply(self, event: Event) -> None:
         if event.seq <= self.seq:
@@ -215,25 +235,32 @@ class TaskState:
         why = violation(task, kind, data)
         if task is None:
             task = self.tasks[tid] = TaskRecord(tid)
+        detail = self.detail(tid)
+        task.n_events += 1
         if why is not None:
             if task.quarantine is not None:
-                task.events.append([event.seq, HELD])
+                detail.events.append([event.seq, HELD])
+                task.n_held += 1
             else:
                 task.quarantine = {"seq": event.seq, "kind": kind, "reason": why,
                                    "at": event.at}
-                task.events.append([event.seq, OFFENDING])
+                detail.events.append([event.seq, OFFENDING])
             return
-        task.events.append([event.seq, APPLIED])
+        detail.events.append([event.seq, APPLIED])
         task.last_seq = event.seq
         task.updated_at = event.at
-        _APPLY[kind](task, data, event)
+        _APPLY[kind](task, detail, data, event)
 
     def to_bytes(self) -> bytes:
+        raw = dict(self._raw)
+        for tid, d in self._details.items():
+            raw[tid] = cbor2.dumps([d.events, d.kept, d.files])
         return cbor2.dumps({
             "seq": self.seq,
             "skipped_bad": self.skipped_bad,
             "fields": list(_FIELDS),
             "tasks": [t.to_plain() for t in self.tasks.values()],
+            "details": raw,
         })
 
     @classmethod
@@ -244,9 +271,11 @@ class TaskState:
         st = cls()
         st.seq = int(obj["seq"])
         st.skipped_bad = int(obj["skipped_bad"])
-        for row in obj["tasks"]:
-            t = TaskRecord.from_plain(row)
-            st.tasks[t.id] = t
+        new = TaskRecord
+        st.tasks = {row[0]: new(*row) for row in obj["tasks"]}
+        st._raw = obj["details"]
+        if not isinstance(st._raw, dict) or st._raw.keys() != st.tasks.keys():
+            raise ValueError("task checkpoint details do not match its tasks")
         return st
 
     def snapshot(self) -> dict[str, Any]:
@@ -263,7 +292,7 @@ class TaskState:
         }
 
 
-def _created(t: TaskRecord, d: Mapping[str, Any], e: Event) -> None:
+def _created(t: TaskRecord, _x: TaskDetail, d: Mapping[str, Any], e: Event) -> None:
     t.state = "created"
     t.title = d["title"]
     t.parent = d.get("parent")
@@ -271,43 +300,43 @@ def _created(t: TaskRecord, d: Mapping[str, Any], e: Event) -> None:
     t.created_at = e.at
 
 
-def _started(t: TaskRecord, d: Mapping[str, Any], e: Event) -> None:
+def _started(t: TaskRecord, _x: TaskDetail, d: Mapping[str, Any], e: Event) -> None:
     t.state = "running"
     t.started_at = e.at
 
 
-def _note(t: TaskRecord, d: Mapping[str, Any], e: Event) -> None:
+def _note(t: TaskRecord, x: TaskDetail, d: Mapping[str, Any], e: Event) -> None:
     typ = d["type"]
     t.notes[typ] = t.notes.get(typ, 0) + 1
     body = d.get("data")
     if typ in KEPT_NOTES:
-        t.kept.setdefault(typ, []).append({"seq": e.seq, "at": e.at, "data": body})
+        x.kept.setdefault(typ, []).append({"seq": e.seq, "at": e.at, "data": body})
     elif typ in FILE_NOTES:
         col = "read" if typ == "file_read" else "edit"
         for p in note_paths(body):
-            f = t.files.setdefault(p, {"read": 0, "edit": 0, "last_seq": 0})
+            f = x.files.setdefault(p, {"read": 0, "edit": 0, "last_seq": 0})
             f[col] += 1
             f["last_seq"] = e.seq
     resolves = body.get("resolves") if isinstance(body, Mapping) else None
     if resolves is not None:  # a note may close earlier questions (by their seqs)
         wanted = set(resolves if isinstance(resolves, list) else [resolves])
-        for q in t.kept.get("question", ()):
+        for q in x.kept.get("question", ()):
             if q["seq"] in wanted and "resolved_by" not in q:
                 q["resolved_by"] = e.seq
 
 
-def _progress(t: TaskRecord, d: Mapping[str, Any], e: Event) -> None:
+def _progress(t: TaskRecord, _x: TaskDetail, d: Mapping[str, Any], e: Event) -> None:
     t.progress = {"message": d.get("message"), "fraction": d.get("fraction"), "at": e.at}
 
 
-def _cancel_requested(t: TaskRecord, d: Mapping[str, Any], e: Event) -> None:
+def _cancel_requested(t: TaskRecord, _x: TaskDetail, d: Mapping[str, Any], e: Event) -> None:
     t.cancel_requested = True
     if d.get("reason") is not None:
         t.reason = d["reason"]
 
 
 def _ended(state: str) -> Any:
-    def apply(t: TaskRecord, d: Mapping[str, Any], e: Event) -> None:
+    def apply(t: TaskRecord, _x: TaskDetail, d: Mapping[str, Any], e: Event) -> None:
         t.state = state
         t.ended_at = e.at
         if d.get("reason") is not None:
@@ -317,7 +346,7 @@ def _ended(state: str) -> Any:
     return apply
 
 
-def _released(t: TaskRecord, d: Mapping[str, Any], e: Event) -> None:
+def _released(t: TaskRecord, _x: TaskDetail, d: Mapping[str, Any], e: Event) -> None:
     t.quarantine = None
     t.releases += 1
 

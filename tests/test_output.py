@@ -1,0 +1,40 @@
+"""The CLI's JSON rendering: the direct encoding of plain JSON equals the converting walk."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import values
+
+from cli.output import dumps, dumps_if_plain, to_jsonable
+
+_keys = st.one_of(st.text(max_size=6), st.integers(-5, 5), st.booleans(), st.none(),
+                  st.floats(allow_nan=True, allow_infinity=True))
+_any = st.recursive(
+    st.one_of(values, st.floats(), st.sets(st.integers(), max_size=3)),
+    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner)
+    | st.dictionaries(_keys, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(_any, st.booleans(), st.booleans())
+def test_plain_json_fast_path_equals_the_walk(obj: Any, compact: bool, ascii_only: bool) -> None:
+    seps = (",", ":") if compact else (", ", ": ")
+    walked = json.dumps(to_jsonable(obj), separators=seps, ensure_ascii=ascii_only,
+                        allow_nan=False)
+    fast = dumps_if_plain(obj, seps, ascii_only)
+    assert fast is None or fast == walked
+    assert dumps(obj, compact=compact, ascii_only=ascii_only) == walked
+
+
+def test_fast_path_declines_what_needs_a_wrapper() -> None:
+    cyc: list[Any] = []
+    cyc.append(cyc)
+    for v in (b"x", {1, 2}, float("nan"), {"a": float("inf")}, cyc, object()):
+        assert dumps_if_plain(v, (",", ":"), True) is None
+    assert dumps_if_plain({"a": [1, 2.5, None, True]}, (",", ":"), True) == \
+        '{"a":[1,2.5,null,true]}'
