@@ -196,3 +196,26 @@ def test_watch_follows_task_events_from_another_process(root: Path) -> None:
         ("task.completed", "held", "running"),
     ]
     assert p.returncode == 130
+
+
+def test_log_corruption_fails_closed_for_task_commands(root: Path) -> None:
+    R = ("--root", str(root))
+    for i in range(3):
+        tid = ok_json("task", "create", "--title", f"t{i}", "--id", f"c{i}", *R)["id"]
+        ok_json("task", "note", tid, "--type", "decision",
+                "--data", json.dumps({"text": "MARKER" + str(i)}), *R)
+    seg = next((root / ".ctxledger" / "log").glob("*.seg"))
+    raw = bytearray(seg.read_bytes())
+    at = raw.index(b"MARKER1")  # inside the payload of a frame in the middle of the log
+    raw[at] ^= 0xFF
+    seg.write_bytes(bytes(raw))
+    r = cli("task", "history", "c1", *R)  # reads that frame: refuses, names where
+    assert r.exit_code == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert seg.name in r.stderr, r.stderr
+    for ck in (root / ".ctxledger" / "checkpoints").glob("tasks.ckpt*"):
+        ck.unlink()
+    r = cli("task", "list", *R)  # no checkpoint: the fold reads the damaged frame
+    assert r.exit_code == 1 and r.stdout == "" and seg.name in r.stderr
+    before = log_bytes(root)
+    r = cli("task", "complete", "c2", *R)
+    assert r.exit_code == 1 and log_bytes(root) == before
