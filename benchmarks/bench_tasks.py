@@ -298,7 +298,7 @@ def run_reads(big: dict[str, Any], reps: int) -> dict[str, Any]:
     with ContextStore.open(root, readonly=True) as s:
         s.tasks.list()
         lib.append(("tasks.list() (open store)", median_time(s.tasks.list, reps),
-                    median_time(lambda: [dict(zip(cols, r)) for r in
+                    median_time(lambda: [dict(zip(cols, r, strict=True)) for r in
                                          con.execute("SELECT * FROM tasks")], reps)))
         sample = rng.sample(range(len(big["ids"])), min(200, len(big["ids"])))
 
