@@ -170,10 +170,10 @@ def task_list(ctx: Ctx, state: str | None, label: str | None, parent: str | None
 def _list_text(tasks: list[TaskInfo]) -> str:
     if not tasks:
         return "(no tasks)"
-    lines = [f"{'ID':30}  {'STATE':10}  {'UPDATED':24}  {'EVENTS':>6}  TITLE"]
+    lines = [f"{'ID':30}  {'STATE':22}  {'UPDATED':24}  {'EVENTS':>6}  TITLE"]
     for t in tasks:
-        state = t.state + ("!" if t.quarantined else "")
-        lines.append(f"{t.id:30}  {state:10}  {_when(t.updated_at):24}  {t.events:>6}  "
+        state = t.state + (" (quarantined)" if t.quarantined else "")
+        lines.append(f"{t.id:30}  {state:22}  {_when(t.updated_at):24}  {t.events:>6}  "
                      f"{_one_line(t.title)}")
     return "\n".join(lines)
 
