@@ -46,7 +46,8 @@ def demo(ctx: Ctx, packets: int, query: str) -> None:
 
     Without --root the demo uses its own store ($CTXLEDGER_HOME/demo, default
     ~/.ctxledger/demo) and starts it afresh each run; with --root it adds to
-    that store. It ingests, lists, gets, recalls, prints stats and verifies the log.
+    that store. It ingests, lists, gets, recalls, works one task on the answer
+    (notes, a handoff), prints stats and verifies the log.
     """
     if _root_given():
         root = ctx.root
@@ -77,9 +78,31 @@ def demo(ctx: Ctx, packets: int, query: str) -> None:
         "ms": round((time.perf_counter() - t2) * 1000, 2),
         "hits": [h.to_json() for h in hits],
     }
+    report["task"] = _task_round(store, query, hits)
     report["stats"] = store.stats()
     report["verify"] = store.ledger.verify().to_json()
     ctx.emit(report, human=_text)
+
+
+def _task_round(store: ContextStore, query: str, hits: list[Any]) -> dict[str, Any]:
+    """What an agent does with the answer: a task with notes, then a handoff for the next run."""
+    t = store.tasks.create(f"answer {query!r} from the recalled modules", labels=["demo"])
+    store.tasks.start(t.id)
+    paths: list[str] = []
+    for h in hits[:3]:  # the files an agent would open: the top hits' paths
+        entry = store.get(h.cache_key)
+        if entry is not None and entry.body.get("paths"):
+            paths.append(entry.body["paths"][0])
+    for p in sorted(set(paths)):
+        store.tasks.note(t.id, "file_read", {"path": p})
+    q = store.tasks.note(t.id, "question", {"text": f"which of {len(hits)} hits answers it?"})
+    first = hits[0].target if hits else "nothing"
+    store.tasks.note(t.id, "decision", {"text": f"start from {first}", "resolves": q.last_seq})
+    done = store.tasks.complete(t.id, {"hits": len(hits)})
+    handoff = store.agent.handoff({"next": f"read {first}", "query": query}, task_id=t.id)
+    record = store.tasks.record(t.id)
+    return {"task": done.to_json(), "record": record.to_json() if record else None,
+            "handoff": handoff.to_json()}
 
 
 def _root_given() -> bool:
@@ -116,6 +139,12 @@ def _text(r: dict[str, Any]) -> str:
     lines += ["", f"recall {rc['query']!r} ({rc['ms']} ms):"]
     for h in rc["hits"]:
         lines.append(f"  {h['score']:7.3f}  {h['target']:28}  {(h.get('summary') or '')[:60]}")
+    tk = r["task"]
+    t, rec = tk["task"], tk["record"]
+    lines += ["", f"task {t['id']} ({t['state']}, {t['events']} events): {t['title']}"]
+    lines += [f"  read     {p}" for p in rec["files"]]
+    lines += [f"  decided  {d['data']['text']}" for d in rec["decisions"]]
+    lines.append(f"  handoff  {tk['handoff']['id']}: {tk['handoff']['payload']['next']}")
     st, v = r["stats"], r["verify"]
     lines += [
         "",
@@ -125,6 +154,7 @@ def _text(r: dict[str, Any]) -> str:
         f"{v['frames']} frames, {len(v['problems'])} problems",
         "",
         f"explore:   ctxledger store list --root {r['root']}",
+        f"           ctxledger task show {t['id']} --root {r['root']}",
         f"           ctxledger log show --root {r['root']} --limit 3",
     ]
     return "\n".join(lines)

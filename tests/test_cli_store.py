@@ -295,6 +295,11 @@ def test_demo_in_a_given_root(tmp_path: Path) -> None:
     assert out["ingest"]["packets"] == 300 and out["verify"]["ok"] is True
     assert out["stats"]["entries"] == 300 and out["get"]["body"]["target"].startswith("stdlib.")
     assert out["recall"]["hits"]
+    task = out["task"]
+    assert task["task"]["state"] == "completed" and task["record"]["files"]
+    assert task["record"]["open_questions"] == [] and task["handoff"]["task_id"] == \
+        task["task"]["id"]
+    assert out["stats"]["tasks"]["completed"] == 1
 
 
 def test_demo_default_store_in_a_real_process(tmp_path: Path) -> None:
