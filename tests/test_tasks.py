@@ -125,6 +125,7 @@ class TaskMachine(RuleBasedStateMachine):
         self.model: dict[str, MTask] = {}
         self.ids: list[str] = []
         self.views: dict[int, dict[str, Any]] = {0: {}}  # head seq -> model view then
+        self.histories: dict[int, dict[str, list[tuple[int, str]]]] = {0: {}}
         self.n = 0
 
     def make_log(self) -> LogBackend | None:
@@ -144,6 +145,7 @@ class TaskMachine(RuleBasedStateMachine):
 
     def record(self) -> None:
         self.views[self.head()] = copy.deepcopy(model_view(self.model))
+        self.histories[self.head()] = {k: list(t.history) for k, t in self.model.items()}
 
     def pick(self, data: st.DataObject) -> str:
         return data.draw(st.sampled_from([*self.ids, "t-nope", "other.id"]))
@@ -240,6 +242,9 @@ class TaskMachine(RuleBasedStateMachine):
     def time_travel(self, data: st.DataObject) -> None:
         seq = data.draw(st.sampled_from(sorted(self.views)))
         assert store_view(self.store, as_of=seq) == self.views[seq]
+        for tid, want in self.histories[seq].items():
+            got = [(e.seq, e.status) for e in self.store.tasks.history(tid, as_of=seq)]
+            assert got == want
 
     @precondition(lambda self: bool(self.ids))
     @rule(data=st.data())
