@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from projections import ContextStore
 from projections.corpus import stdlib_packets
 
 from .options import Ctx, store_options
+from .output import safe
 from .views import iso, progress_bar
 
 HOME_ENV = "CTXLEDGER_HOME"
@@ -90,8 +92,9 @@ def _root_given() -> bool:
 
 def _text(r: dict[str, Any]) -> str:
     ing = r["ingest"]
+    root = safe(shlex.quote(r["root"]))
     lines = [
-        f"store      {r['store']}",
+        f"store      {safe(r['store'])}",
         f"ingested   {ing['packets']} stdlib packets in {ing['seconds']:.2f}s "
         f"({ing['packets'] / max(ing['seconds'], 1e-9):,.0f} packets/s, "
         f"one atomic batch per {BATCH})",
@@ -101,21 +104,22 @@ def _text(r: dict[str, Any]) -> str:
         "newest entries (store list --limit 5):",
     ]
     for e in r["list"]:
-        lines.append(f"  {e['cache_key'][:16]}  {iso(e['created_at_unix'])}  {e['target']}")
+        lines.append(f"  {e['cache_key'][:16]}  {iso(e['created_at_unix'])}  {safe(e['target'])}")
     if r["get"]:
         body = r["get"]["body"]
         lines += [
             "",
-            f"store get --key {r['get']['cache_key'][:16]}...:",
-            f"  target   {body.get('target')}",
-            f"  summary  {body.get('summary', '')[:90]}",
-            f"  paths    {', '.join(body.get('paths', [])[:3])}",
-            f"  symbols  {', '.join(body.get('symbols', [])[:4])}",
+            f"store get --key {r['get']['cache_key'][:16]}:",
+            f"  target   {safe(body.get('target') or '')}",
+            f"  summary  {safe((body.get('summary') or '')[:90])}",
+            f"  paths    {safe(', '.join((body.get('paths') or [])[:3]))}",
+            f"  symbols  {safe(', '.join((body.get('symbols') or [])[:4]))}",
         ]
     rc = r["recall"]
-    lines += ["", f"recall {rc['query']!r} ({rc['ms']} ms):"]
+    lines += ["", f"recall {safe(repr(rc['query']))} ({rc['ms']} ms):"]
     for h in rc["hits"]:
-        lines.append(f"  {h['score']:7.3f}  {h['target']:28}  {(h.get('summary') or '')[:60]}")
+        summary = safe((h.get("summary") or "")[:60])
+        lines.append(f"  {h['score']:7.3f}  {safe(h['target']):28}  {summary}")
     st, v = r["stats"], r["verify"]
     lines += [
         "",
@@ -124,7 +128,7 @@ def _text(r: dict[str, Any]) -> str:
         f"verify     {'ok' if v['ok'] else 'FAILED'}: {v['events']} events in "
         f"{v['frames']} frames, {len(v['problems'])} problems",
         "",
-        f"explore:   ctxledger store list --root {r['root']}",
-        f"           ctxledger log show --root {r['root']} --limit 3",
+        f"explore:   ctxledger store list --root {root}",
+        f"           ctxledger log show --root {root} --limit 3",
     ]
     return "\n".join(lines)

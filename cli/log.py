@@ -15,7 +15,7 @@ import click
 from eventstore import Event, Ledger, Receipt
 
 from .options import COUNT, JSON_OBJECT, SEQ, Ctx, store_options
-from .output import event_json, event_line, iso_time
+from .output import event_json, event_line, iso_time, safe
 
 
 @click.group("log")
@@ -77,7 +77,7 @@ def _receipt_json(r: Receipt) -> dict[str, Any]:
 def _receipt_text(r: Receipt) -> str:
     seqs = f"seq {r.first_seq}" if r.first_seq == r.last_seq else f"seqs {r.first_seq}-{r.last_seq}"
     if r.duplicate:
-        return f"batch {r.batch_id} was already committed as {seqs}; nothing written"
+        return f"batch {safe(r.batch_id or '')} was already committed as {seqs}; nothing written"
     return f"appended {seqs} at {iso_time(r.at)}"
 
 

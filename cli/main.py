@@ -33,6 +33,8 @@ import click
 
 from eventstore import LedgerError
 
+from .output import safe
+
 COMMANDS: dict[str, str] = {
     "init": "cli.core:init",
     "log": "cli.log:log",
@@ -148,7 +150,8 @@ def run_guarded(invoke: Any) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    line = " ".join(str(message).split())  # one line, whatever the message held
+    # one line, whatever the message held: it may quote input (or a stored string)
+    line = safe(str(message).strip())
     try:
         click.echo(f"error: {line}", err=True)
     except OSError:

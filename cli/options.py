@@ -99,14 +99,15 @@ class Ctx:
             click.echo(output.dumps(obj))
             return
         text = human(obj) if callable(human) else human if human is not None else output.human(obj)
-        if text:
-            click.echo(text)
+        if text:  # formatters escape each field; this keeps anything they missed inert
+            click.echo(output.safe(text, multiline=True))
 
     def emit_lines(self, lines: Iterable[str]) -> None:
         """Stream text lines (human forms of long listings) without holding them all."""
         out = sys.stdout
+        safe = output.safe
         for line in lines:
-            out.write(line + "\n")
+            out.write(safe(line) + "\n")
         out.flush()
 
     def emit_jsonl(self, obj: Any) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from .options import COUNT, Ctx, store_options
+from .output import safe
 from .views import SEQ_OR_TIME, TIME, open_store
 
 SCOPES = ("global", "task-first", "task-only")
@@ -85,9 +86,9 @@ def _table(hits: list[dict[str, Any]]) -> str:
         why = ",".join(
             r.replace("_match", "").replace("bm25_text", "text") for r in h["match_reasons"]
         )
-        snippet = " ".join(h["snippet"].split())[:70]
+        snippet = safe(" ".join(h["snippet"].split())[:70])
         lines.append(
-            f"{h['score']:8.3f}  {h['cache_key'][:12]}  {h['target'][:28]:28}  "
+            f"{h['score']:8.3f}  {safe(h['cache_key'][:12])}  {safe(h['target'][:28]):28}  "
             f"{why[:28]:28}  {snippet}"
         )
     return "\n".join(lines)

@@ -9,6 +9,7 @@ import click
 from projections import parse_packet_json
 
 from .options import COUNT, Ctx, read_stdin_bytes, store_options
+from .output import safe
 from .views import SEQ_OR_TIME, TIME, iso, open_store
 
 
@@ -82,7 +83,7 @@ def _list_text(entries: list[dict[str, Any]]) -> str:
     for e in entries:
         lines.append(
             f"{e['cache_key'][:16]}  {iso(e['created_at_unix']):20}  {e['seq']:>8}  "
-            f"{e['bytes']:>8}  {e['target']}"
+            f"{e['bytes']:>8}  {safe(e['target'])}"
         )
     return "\n".join(lines)
 
@@ -94,7 +95,9 @@ def _list_text(entries: list[dict[str, Any]]) -> str:
 def store_prune(ctx: Ctx, prune_all: bool, ttl: float | None) -> None:
     """Remove expired entries (or all): one tombstone event per removed entry."""
     r = open_store(ctx, write=True).prune(all=prune_all, ttl=ttl)
-    ctx.emit(r.to_json(), human=f"removed {r.removed}, {r.remaining} remaining {r.reasons or ''}")
+    reasons = ", ".join(f"{safe(k)} {n}" for k, n in sorted(r.reasons.items()))
+    ctx.emit(r.to_json(), human=f"removed {r.removed}, {r.remaining} remaining"
+             + (f" ({reasons})" if reasons else ""))
 
 
 @store.command("stats")
