@@ -10,10 +10,11 @@ import click
 
 from eventstore import VerifyReport
 
-from .options import Ctx, store_options
+from .options import Ctx, examples, store_options
 from .output import safe
 
 
+@examples("ctxledger init", "ctxledger init --root ~/src/project --json")
 @click.command("init")
 @store_options
 def init(ctx: Ctx) -> None:
@@ -49,6 +50,7 @@ def _sync_dirs(*dirs: Path) -> None:
             os.close(fd)
 
 
+@examples("ctxledger verify", "ctxledger verify --root ~/src/project --json")
 @click.command("verify")
 @store_options
 def verify(ctx: Ctx) -> None:

@@ -14,7 +14,7 @@ import click
 from projections import ContextStore
 from projections.corpus import stdlib_packets
 
-from .options import Ctx, store_options
+from .options import Ctx, examples, store_options
 from .output import safe
 from .views import iso, progress_bar
 
@@ -28,6 +28,7 @@ def demo_root() -> Path:
     return Path(home) / "demo"
 
 
+@examples("ctxledger demo", "ctxledger demo --packets 500 --query 'json decoder' --json")
 @click.command("demo")
 @store_options
 @click.option(
@@ -50,7 +51,7 @@ def demo(ctx: Ctx, packets: int, query: str) -> None:
     ~/.ctxledger/demo) and starts it afresh each run; with --root it adds to
     that store. It ingests, lists, gets, recalls, prints stats and verifies the log.
     """
-    if _root_given():
+    if ctx.root_given:
         root = ctx.root
     else:
         root = demo_root()
@@ -82,12 +83,6 @@ def demo(ctx: Ctx, packets: int, query: str) -> None:
     report["stats"] = store.stats()
     report["verify"] = store.ledger.verify().to_json()
     ctx.emit(report, human=_text)
-
-
-def _root_given() -> bool:
-    cctx = click.get_current_context()
-    src = cctx.get_parameter_source("root")
-    return src is not None and src.name != "DEFAULT" or bool(os.environ.get("CTXLEDGER_ROOT"))
 
 
 def _text(r: dict[str, Any]) -> str:

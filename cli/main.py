@@ -33,6 +33,7 @@ import click
 
 from eventstore import LedgerError
 
+from .options import examples, group_options
 from .output import safe
 
 COMMANDS: dict[str, str] = {
@@ -208,12 +209,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     ctx.exit()
 
 
+@examples("ctxledger init && ctxledger store list", "ctxledger --json --root ~/src/project verify")
 @click.group(
     cls=CtxGroup,
     name="ctxledger",
     lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
+@group_options
 @click.option(
     "--version",
     is_flag=True,
@@ -227,8 +230,8 @@ def ctxledger() -> None:
 
     Every change is an append-only, checksummed, hash-chained event in
     ROOT/.ctxledger/log/; every view is rebuilt from that log. Each command
-    takes --root DIR and --json (one JSON document on stdout). Exit codes:
-    0 ok, 1 operation failed, 2 usage error.
+    takes --root DIR and --json (one JSON document on stdout), before or after
+    its name. Exit codes: 0 ok, 1 operation failed, 2 usage error.
     """
 
 
