@@ -429,7 +429,12 @@ class ContextStore:
         """
         want = key_prefix(prefix)
         self._sync()
-        found = self._cache().keys_with_prefix(want, self._live_after())
+        live_after = self._live_after()
+        if len(want) == 64:  # a whole key: one lookup, not a walk of the delta
+            ref = self._cache().get(want)
+            found = [want] if ref is not None and ref.created_at > live_after else []
+        else:
+            found = self._cache().keys_with_prefix(want, live_after)
         self._check_mapped()
         if not found:
             raise UnknownKeyError(want)
