@@ -15,8 +15,8 @@ reference; in short:
 - ``KEY`` (``store get --key``): a cache_key or a prefix of it, 8-64 hex digits.
 - ``JSON``: strict (``eventstore.jsontext``): no NaN/Infinity, no ``1e999``,
   no duplicate keys, UTF-8 only.
-- integers are at most 2**63 - 1; text arguments must be valid UTF-8
-  (:func:`check_text_arguments`).
+- integers are at most 2**63 - 1; plain numbers (:class:`FiniteFloat`) are
+  finite; text arguments must be valid UTF-8 (:func:`check_text_arguments`).
 """
 
 from __future__ import annotations
@@ -85,6 +85,22 @@ class Duration(click.ParamType):
         if self.max is not None and seconds > self.max:
             self.fail(f"{text!r} is more than {self.max:g} seconds", param, ctx)
         return seconds
+
+
+class FiniteFloat(click.FloatRange):
+    """A number in a range, never NaN or infinite.
+
+    ``click.FloatRange`` lets NaN through (every comparison with NaN is false),
+    and infinities past an open end; use this for any plain number option.
+    """
+
+    name = "NUMBER"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return rv
 
 
 class TimeParam(click.ParamType):

@@ -18,6 +18,7 @@ from cli.inputs import (
     JSON_OBJECT,
     MAX_INT,
     TTL,
+    FiniteFloat,
     SeqOrTime,
     TimeParam,
     parse_duration,
@@ -205,6 +206,18 @@ def test_durations(text: str, want: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(click.BadParameter):
         convert(TTL, text)
+
+
+def test_finite_float_refuses_what_float_range_lets_through() -> None:
+    assert math.isnan(convert(click.FloatRange(0, 1), "nan"))  # the hole FiniteFloat closes
+    fraction = FiniteFloat(0, 1)
+    assert convert(fraction, "0.25") == 0.25
+    for bad in ("nan", "-nan", "2", "-0.1", "x"):
+        with pytest.raises(click.BadParameter):
+            convert(fraction, bad)
+    for bad in ("inf", "1e999", "-inf"):
+        with pytest.raises(click.BadParameter, match="finite"):
+            convert(FiniteFloat(), bad)
 
 
 def test_interval_is_bounded() -> None:
