@@ -10,9 +10,11 @@ import click
 
 from eventstore import VerifyReport
 
-from .options import Ctx, store_options
+from .options import Ctx, examples, store_options
+from .output import safe
 
 
+@examples("ctxledger init", "ctxledger init --root ~/src/project --json")
 @click.command("init")
 @store_options
 def init(ctx: Ctx) -> None:
@@ -26,9 +28,10 @@ def init(ctx: Ctx) -> None:
         d.mkdir(parents=True, exist_ok=True)
     if created:
         _sync_dirs(ctx.store_dir, ctx.root)
+    said = "created store" if created else "store already exists:"
     ctx.emit(
         {"root": str(ctx.root), "store": str(ctx.store_dir), "created": created},
-        human=f"{'created store' if created else 'store already exists:'} {ctx.store_dir}",
+        human=f"{said} {safe(str(ctx.store_dir))}",
     )
 
 
@@ -47,6 +50,7 @@ def _sync_dirs(*dirs: Path) -> None:
             os.close(fd)
 
 
+@examples("ctxledger verify", "ctxledger verify --root ~/src/project --json")
 @click.command("verify")
 @store_options
 def verify(ctx: Ctx) -> None:
@@ -65,8 +69,9 @@ def _report_text(r: VerifyReport, ctx: Ctx) -> str:
     counts: dict[str, Any] = {"event": r.events, "frame": r.frames, "segment": r.segments}
     summary = ", ".join(f"{v} {k}{'' if v == 1 else 's'}" for k, v in counts.items())
     summary += f", head seq {r.head_seq}"
+    where = safe(str(ctx.log_dir))
     if r.ok:
-        return f"ok: {ctx.log_dir}: {summary}"
-    lines = [f"FAILED: {ctx.log_dir}: {len(r.problems)} problem(s); {summary}"]
-    lines += [f"  {p.segment} at byte {p.offset}: {p.error}" for p in r.problems]
+        return f"ok: {where}: {summary}"
+    lines = [f"FAILED: {where}: {len(r.problems)} problem(s); {summary}"]
+    lines += [f"  {safe(p.segment)} at byte {p.offset}: {safe(p.error)}" for p in r.problems]
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -13,7 +14,8 @@ import click
 from projections import ContextStore
 from projections.corpus import stdlib_packets
 
-from .options import Ctx, store_options
+from .options import Ctx, examples, store_options
+from .output import safe
 from .views import iso, progress_bar
 
 HOME_ENV = "CTXLEDGER_HOME"
@@ -26,6 +28,7 @@ def demo_root() -> Path:
     return Path(home) / "demo"
 
 
+@examples("ctxledger demo", "ctxledger demo --packets 500 --query 'json decoder' --json")
 @click.command("demo")
 @store_options
 @click.option(
@@ -49,7 +52,7 @@ def demo(ctx: Ctx, packets: int, query: str) -> None:
     that store. It ingests, lists, gets, recalls, works one task on the answer
     (notes, a handoff), prints stats and verifies the log.
     """
-    if _root_given():
+    if ctx.root_given:
         root = ctx.root
     else:
         root = demo_root()
@@ -105,16 +108,11 @@ def _task_round(store: ContextStore, query: str, hits: list[Any]) -> dict[str, A
             "handoff": handoff.to_json()}
 
 
-def _root_given() -> bool:
-    cctx = click.get_current_context()
-    src = cctx.get_parameter_source("root")
-    return src is not None and src.name != "DEFAULT" or bool(os.environ.get("CTXLEDGER_ROOT"))
-
-
 def _text(r: dict[str, Any]) -> str:
     ing = r["ingest"]
+    root = safe(shlex.quote(r["root"]))
     lines = [
-        f"store      {r['store']}",
+        f"store      {safe(r['store'])}",
         f"ingested   {ing['packets']} stdlib packets in {ing['seconds']:.2f}s "
         f"({ing['packets'] / max(ing['seconds'], 1e-9):,.0f} packets/s, "
         f"one atomic batch per {BATCH})",
@@ -124,27 +122,30 @@ def _text(r: dict[str, Any]) -> str:
         "newest entries (store list --limit 5):",
     ]
     for e in r["list"]:
-        lines.append(f"  {e['cache_key'][:16]}  {iso(e['created_at_unix'])}  {e['target']}")
+        lines.append(f"  {e['cache_key'][:16]}  {iso(e['created_at_unix'])}  {safe(e['target'])}")
     if r["get"]:
         body = r["get"]["body"]
         lines += [
             "",
-            f"store get --key {r['get']['cache_key'][:16]}...:",
-            f"  target   {body.get('target')}",
-            f"  summary  {body.get('summary', '')[:90]}",
-            f"  paths    {', '.join(body.get('paths', [])[:3])}",
-            f"  symbols  {', '.join(body.get('symbols', [])[:4])}",
+            f"store get --key {r['get']['cache_key'][:16]}:",
+            f"  target   {safe(body.get('target') or '')}",
+            f"  summary  {safe((body.get('summary') or '')[:90])}",
+            f"  paths    {safe(', '.join((body.get('paths') or [])[:3]))}",
+            f"  symbols  {safe(', '.join((body.get('symbols') or [])[:4]))}",
         ]
     rc = r["recall"]
-    lines += ["", f"recall {rc['query']!r} ({rc['ms']} ms):"]
+    lines += ["", f"recall {safe(repr(rc['query']))} ({rc['ms']} ms):"]
     for h in rc["hits"]:
-        lines.append(f"  {h['score']:7.3f}  {h['target']:28}  {(h.get('summary') or '')[:60]}")
+        summary = safe((h.get("summary") or "")[:60])
+        lines.append(f"  {h['score']:7.3f}  {safe(h['target']):28}  {summary}")
     tk = r["task"]
     t, rec = tk["task"], tk["record"]
-    lines += ["", f"task {t['id']} ({t['state']}, {t['events']} events): {t['title']}"]
-    lines += [f"  read     {p}" for p in rec["files"]]
-    lines += [f"  decided  {d['data']['text']}" for d in rec["decisions"]]
-    lines.append(f"  handoff  {tk['handoff']['id']}: {tk['handoff']['payload']['next']}")
+    lines += ["", f"task {safe(t['id'])} ({t['state']}, {t['events']} events): "
+              f"{safe(t['title'])}"]
+    lines += [f"  read     {safe(p)}" for p in rec["files"]]
+    lines += [f"  decided  {safe(str(d['data']['text']))}" for d in rec["decisions"]]
+    lines.append(f"  handoff  {safe(tk['handoff']['id'])}: "
+                 f"{safe(str(tk['handoff']['payload']['next']))}")
     st, v = r["stats"], r["verify"]
     lines += [
         "",
@@ -153,8 +154,8 @@ def _text(r: dict[str, Any]) -> str:
         f"verify     {'ok' if v['ok'] else 'FAILED'}: {v['events']} events in "
         f"{v['frames']} frames, {len(v['problems'])} problems",
         "",
-        f"explore:   ctxledger store list --root {r['root']}",
-        f"           ctxledger task show {t['id']} --root {r['root']}",
-        f"           ctxledger log show --root {r['root']} --limit 3",
+        f"explore:   ctxledger store list --root {root}",
+        f"           ctxledger task show {safe(t['id'])} --root {root}",
+        f"           ctxledger log show --root {root} --limit 3",
     ]
     return "\n".join(lines)

@@ -14,11 +14,14 @@ import click
 
 from eventstore import Event, LogBackend, Receipt
 
-from .options import COUNT, JSON_OBJECT, SEQ, Ctx, store_options
-from .output import event_json, event_line, iso_time
+from .inputs import COUNT, INTERVAL, JSON_OBJECT, SEQ
+from .options import Ctx, examples, group_options, store_options
+from .output import event_json, event_line, iso_time, safe
 
 
+@examples("ctxledger log show --limit 5", "ctxledger --json log tail -n 3")
 @click.group("log")
+@group_options
 def log() -> None:
     """Append and read raw events.
 
@@ -26,6 +29,10 @@ def log() -> None:
     """
 
 
+@examples(
+    "ctxledger log append --kind task.created --key t1 --data '{\"title\": \"fix login\"}'",
+    "echo '{\"n\": 1}' | ctxledger log append --kind task.note --key t1 --data - --json",
+)
 @log.command("append")
 @store_options
 @click.option("--kind", required=True, help="Event kind: dotted words, e.g. task.created.")
@@ -77,10 +84,14 @@ def _receipt_json(r: Receipt) -> dict[str, Any]:
 def _receipt_text(r: Receipt) -> str:
     seqs = f"seq {r.first_seq}" if r.first_seq == r.last_seq else f"seqs {r.first_seq}-{r.last_seq}"
     if r.duplicate:
-        return f"batch {r.batch_id} was already committed as {seqs}; nothing written"
+        return f"batch {safe(r.batch_id or '')} was already committed as {seqs}; nothing written"
     return f"appended {seqs} at {iso_time(r.at)}"
 
 
+@examples(
+    "ctxledger log show --from 100 --to 200",
+    "ctxledger log show --kind task.created --limit 5 --json",
+)
 @log.command("show")
 @store_options
 @click.option("--from", "from_seq", type=SEQ, default=1, show_default=True, help="First seq.")
@@ -123,6 +134,7 @@ def _emit_events(ctx: Ctx, events: Iterable[Event]) -> None:
         ctx.emit_lines(event_line(e) for e in events)
 
 
+@examples("ctxledger log tail -n 20", "ctxledger log tail --follow --json | jq -c .kind")
 @log.command("tail")
 @store_options
 @click.option(
@@ -143,11 +155,11 @@ def _emit_events(ctx: Ctx, events: Iterable[Event]) -> None:
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.01),
+    type=INTERVAL,
     default=0.2,
     show_default=True,
     metavar="SECONDS",
-    help="How often --follow polls the log.",
+    help="How often --follow polls the log (0.01 to 3600 seconds).",
 )
 def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
     """Print the newest events; --follow keeps printing new ones.

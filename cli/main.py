@@ -33,6 +33,9 @@ import click
 
 from eventstore import LedgerError
 
+from .options import examples, group_options
+from .output import safe
+
 COMMANDS: dict[str, str] = {
     "init": "cli.core:init",
     "log": "cli.log:log",
@@ -150,7 +153,8 @@ def run_guarded(invoke: Any) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    line = " ".join(str(message).split())  # one line, whatever the message held
+    # one line, whatever the message held: it may quote input (or a stored string)
+    line = safe(str(message).strip())
     try:
         click.echo(f"error: {line}", err=True)
     except OSError:
@@ -207,12 +211,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     ctx.exit()
 
 
+@examples("ctxledger init && ctxledger store list", "ctxledger --json --root ~/src/project verify")
 @click.group(
     cls=CtxGroup,
     name="ctxledger",
     lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
+@group_options
 @click.option(
     "--version",
     is_flag=True,
@@ -226,8 +232,8 @@ def ctxledger() -> None:
 
     Every change is an append-only, checksummed, hash-chained event in
     ROOT/.ctxledger/log/; every view is rebuilt from that log. Each command
-    takes --root DIR and --json (one JSON document on stdout). Exit codes:
-    0 ok, 1 operation failed, 2 usage error.
+    takes --root DIR and --json (one JSON document on stdout), before or after
+    its name. Exit codes: 0 ok, 1 operation failed, 2 usage error.
     """
 
 

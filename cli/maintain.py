@@ -5,15 +5,21 @@ from __future__ import annotations
 import click
 
 from projections import replay as replay_log
+from projections.store import projections
 
-from .options import Ctx, store_options
-from .views import SEQ_OR_TIME, open_store, progress_bar
+from .inputs import SEQ_OR_TIME
+from .options import Ctx, examples, store_options
+from .views import naming, open_store, progress_bar
 
 
+@examples("ctxledger replay --json", "ctxledger replay --until 7d")
 @click.command("replay")
 @store_options
 @click.option(
-    "--until", type=SEQ_OR_TIME, help="Stop at SEQ, or at the last event at or before TIME."
+    "--until",
+    type=SEQ_OR_TIME,
+    help="Stop at SEQ (a bare integer), or at the last event at or before TIME "
+    "(@UNIX, ISO-8601, 7d).",
 )
 def replay(ctx: Ctx, until: int | float | None) -> None:
     """Fold the log into fresh in-memory views and report counts.
@@ -21,25 +27,28 @@ def replay(ctx: Ctx, until: int | float | None) -> None:
     Touches no checkpoint and no file: a dry run of a rebuild, or time travel.
     """
     head = ctx.ledger().head
-    with progress_bar(ctx, head, "replaying") as bar:
+    with progress_bar(ctx, head, "replaying") as bar, naming("--until"):
         report = replay_log(ctx.root, until, progress=bar)
     ctx.emit(report)
 
 
+@examples("ctxledger rebuild", "ctxledger rebuild --projection recall --json")
 @click.command("rebuild")
 @store_options
-@click.option("--projection", help="Rebuild only this view (default: all).")
+@click.option(
+    "--projection",
+    type=click.Choice([p.name for p in projections()]),
+    help="Rebuild only this view (default: all).",
+)
 def rebuild(ctx: Ctx, projection: str | None) -> None:
     """Drop checkpoints, refold views from the log, and checkpoint them again."""
     st = open_store(ctx, write=True)
     with progress_bar(ctx, st.ledger.head, "rebuilding") as bar:
-        try:
-            report = st.rebuild(projection, progress=bar)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="--projection") from None
+        report = st.rebuild(projection, progress=bar)
     ctx.emit(report)
 
 
+@examples("ctxledger checkpoint", "ctxledger checkpoint --json")
 @click.command("checkpoint")
 @store_options
 def checkpoint(ctx: Ctx) -> None:

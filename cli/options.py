@@ -1,22 +1,26 @@
-"""What every command shares: ``--root``/``--json``, the :class:`Ctx`, and input types.
+"""What every command shares: ``--root``/``--json``, the :class:`Ctx`, help examples.
 
 A command is decorated with :func:`store_options` and receives a :class:`Ctx`
 as its first argument. ``Ctx`` knows where the store lives, opens it (read
 commands readonly, so they never create or modify a file), and prints results
 with :meth:`Ctx.emit` — one JSON document with ``--json``, text otherwise::
 
+    @examples("ctxledger log show --kind task.created --limit 5")
     @log.command("show")
     @store_options
     def log_show(ctx: Ctx) -> None:
         \"\"\"Print events.\"\"\"
         led = ctx.ledger()                 # readonly; closed when the command ends
         ctx.emit({"events": [...]})
+
+A group takes :func:`group_options`, so ``ctxledger --json store list`` and
+``ctxledger store --root D list`` mean what ``ctxledger store list --json``
+does (the value nearest the command wins). Input types live in :mod:`cli.inputs`.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -30,14 +34,18 @@ import click
 from eventstore import Ledger, StoreNotFoundError
 
 from . import output
+from .inputs import COUNT as COUNT  # (re-exported: commands written before cli.inputs)
+from .inputs import JSON_OBJECT as JSON_OBJECT
+from .inputs import SEQ as SEQ
+from .inputs import check_text_arguments
+from .inputs import read_stdin_bytes as read_stdin_bytes
 
 STORE_DIR = ".ctxledger"
-MAX_DATA_DEPTH = 200
-"""Deepest ``--data`` accepted. The CBOR decoder refuses payloads nested past 400
-levels, so deeper data could be written but never read back; stop it at the door."""
 ROOT_ENV = "CTXLEDGER_ROOT"
+_ROOT_META, _JSON_META = "ctxledger.root", "ctxledger.json"  # set by a group's options
 
 F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C", bound=click.Command)
 T = TypeVar("T")
 
 
@@ -47,6 +55,7 @@ class Ctx:
 
     root: Path
     json: bool = False
+    root_given: bool = False  # --root (at any level) or $CTXLEDGER_ROOT chose the root
 
     # --- layout ---------------------------------------------------------------------
 
@@ -99,14 +108,15 @@ class Ctx:
             click.echo(output.dumps(obj))
             return
         text = human(obj) if callable(human) else human if human is not None else output.human(obj)
-        if text:
-            click.echo(text)
+        if text:  # formatters escape each field; this keeps anything they missed inert
+            click.echo(output.safe(text, multiline=True))
 
     def emit_lines(self, lines: Iterable[str]) -> None:
         """Stream text lines (human forms of long listings) without holding them all."""
         out = sys.stdout
+        safe = output.safe
         for line in lines:
-            out.write(line + "\n")
+            out.write(safe(line) + "\n")
         out.flush()
 
     def emit_jsonl(self, obj: Any) -> None:
@@ -119,13 +129,6 @@ class Ctx:
         raise click.exceptions.Exit(code)
 
 
-def read_stdin_bytes() -> bytes:
-    """All of stdin as bytes (click 8.5 deprecates ``get_binary_stream``)."""
-    stream = getattr(sys.stdin, "buffer", sys.stdin)
-    data = stream.read()
-    return data.encode() if isinstance(data, str) else data
-
-
 def resolve_root(root: Path | None) -> Path:
     """``--root``, else ``$CTXLEDGER_ROOT``, else the current directory; made absolute."""
     if root is None:
@@ -134,90 +137,70 @@ def resolve_root(root: Path | None) -> Path:
     return Path(os.path.abspath(root))
 
 
-def store_options(f: F) -> F:
-    """Add ``--root`` and ``--json`` to a command and pass it a :class:`Ctx` first."""
+_ROOT_HELP = (
+    f"Project root; the store is ROOT/{STORE_DIR}/. "
+    f"Default: ${ROOT_ENV}, else the current directory."
+)
+_JSON_HELP = "Print one JSON document on stdout."
 
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-    @click.option(
-        "--root",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help=f"Project root; the store is ROOT/{STORE_DIR}/. "
-        f"Default: ${ROOT_ENV}, else the current directory.",
+
+def _root_option(**kw: Any) -> Callable[[F], F]:
+    return click.option(
+        "--root", type=click.Path(file_okay=False, path_type=Path), default=None, **kw
     )
+
+
+def store_options(f: F) -> F:
+    """Add ``--root`` and ``--json`` to a command and pass it a :class:`Ctx` first.
+
+    Values given to an enclosing group (:func:`group_options`) count too; the
+    command's own win. Text arguments are checked to be UTF-8 here, once for all.
+    """
+
+    @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+    @_root_option(help=_ROOT_HELP)
     @functools.wraps(f)
     def command(*args: Any, root: Path | None, as_json: bool, **kwargs: Any) -> Any:
-        return f(Ctx(resolve_root(root), as_json), *args, **kwargs)
+        cctx = click.get_current_context()
+        check_text_arguments(cctx, kwargs)
+        if root is None:
+            root = cctx.meta.get(_ROOT_META)
+        given = root is not None or bool(os.environ.get(ROOT_ENV))
+        as_json = as_json or bool(cctx.meta.get(_JSON_META))
+        return f(Ctx(resolve_root(root), as_json, given), *args, **kwargs)
 
     return command  # type: ignore[return-value]
 
 
-# --- input types --------------------------------------------------------------------
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value:  # ctx.meta is shared by every context under this one
+            ctx.meta[key] = value
+
+    return callback
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+def group_options(f: F) -> F:
+    """``--root``/``--json`` on a group, for every command under it (which may override)."""
+    f = click.option(
+        "--json", is_flag=True, expose_value=False, callback=_remember(_JSON_META),
+        help=f"{_JSON_HELP} (For every command below.)",
+    )(f)
+    return _root_option(
+        expose_value=False, callback=_remember(_ROOT_META),
+        help=f"{_ROOT_HELP} (For every command below.)",
+    )(f)
 
 
-class JsonObject(click.ParamType):
-    """A JSON object inline, as ``-`` (stdin) or ``@FILE``; anything else is a usage error."""
+def examples(*lines: str) -> Callable[[C], C]:
+    """End a command's ``--help`` with ``Examples:`` and these command lines, unwrapped.
 
-    name = "JSON"
+    Put it above ``@click.command`` (it sets the command's epilog); a test walks
+    every command and checks each has examples that name real options.
+    """
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, dict):
-            return value
-        text = self._read(value, param, ctx)
-        try:
-            obj = json.loads(text, parse_constant=_no_constants)
-        except RecursionError:
-            self.fail("JSON is nested too deeply", param, ctx)
-        except ValueError as e:  # JSONDecodeError, bad encoding, NaN/Infinity
-            self.fail(f"not valid JSON ({e})", param, ctx)
-        if not isinstance(obj, dict):
-            self.fail(f"must be a JSON object ({{...}}), not {_json_type(obj)}", param, ctx)
-        if _depth(obj) > MAX_DATA_DEPTH:
-            self.fail(f"JSON is nested deeper than {MAX_DATA_DEPTH} levels", param, ctx)
-        return obj
+    def add(cmd: C) -> C:
+        cmd.epilog = "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+        return cmd
 
-    def _read(
-        self, value: str, param: click.Parameter | None, ctx: click.Context | None
-    ) -> str | bytes:
-        if value == "-":
-            return read_stdin_bytes()
-        if value.startswith("@"):
-            path = value[1:]
-            try:
-                with open(path, "rb") as fh:
-                    return fh.read()
-            except OSError as e:
-                self.fail(f"cannot read {path}: {e.strerror}", param, ctx)
-        return value
-
-
-def _depth(obj: object) -> int:
-    """Nesting depth of parsed JSON (iterative: the input may be deep)."""
-    deepest, stack = 0, [(obj, 1)]
-    while stack:
-        node, d = stack.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, d)
-            stack.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
-    return deepest
-
-
-def _json_type(obj: object) -> str:
-    if isinstance(obj, list):
-        return "an array"
-    if isinstance(obj, str):
-        return "a string"
-    if isinstance(obj, bool):
-        return "a boolean"
-    if isinstance(obj, (int, float)):
-        return "a number"
-    return "null"
-
-
-JSON_OBJECT = JsonObject()
-SEQ = click.IntRange(min=1)
-COUNT = click.IntRange(min=0)
+    return add

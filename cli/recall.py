@@ -6,8 +6,10 @@ from typing import Any
 
 import click
 
-from .options import COUNT, Ctx, store_options
-from .views import SEQ_OR_TIME, TIME, open_store
+from .inputs import COUNT, SEQ_OR_TIME, TIME
+from .options import Ctx, examples, store_options
+from .output import safe
+from .views import naming, open_store
 
 SCOPES = ("global", "task-first", "task-only")
 """``projections.recall.SCOPES`` (a test keeps them equal), spelled out so that loading
@@ -15,11 +17,15 @@ this command does not import numpy and the recall index: ``store.recall`` import
 them while the checkpoints are verified on another core."""
 
 
+@examples(
+    'ctxledger recall -q "parse http header" --limit 3',
+    "ctxledger recall --task task-123 --scope task-first -q login --since 7d",
+)
 @click.command("recall")
 @store_options
 @click.option("--query", "-q", default="", help="Free text, paths, symbols, test names.")
 @click.option("--limit", type=COUNT, default=8, show_default=True, help="At most this many hits.")
-@click.option("--since", type=TIME, help="Cached at or after TIME (ISO-8601 or @UNIX).")
+@click.option("--since", type=TIME, help="Cached at or after TIME (ISO-8601, @UNIX, or 24h ago).")
 @click.option("--until", type=TIME, help="Cached at or before TIME.")
 @click.option("--target", help="Only entries of this reducer target.")
 @click.option("--task", "task_id", help="Task id for task-first / task-only scopes.")
@@ -40,7 +46,10 @@ them while the checkpoints are verified on another core."""
     "--packet-type", "packet_types", multiple=True, help="Only these packet types (repeatable)."
 )
 @click.option(
-    "--as-of", "as_of", type=SEQ_OR_TIME, help="Recall as the store stood at SEQ or TIME."
+    "--as-of",
+    "as_of",
+    type=SEQ_OR_TIME,
+    help="Recall as the store stood at SEQ (a bare integer) or TIME (@UNIX, ISO-8601, 7d).",
 )
 def recall(
     ctx: Ctx,
@@ -59,20 +68,21 @@ def recall(
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
     try:
-        hits = store.recall(
-            query,
-            limit=limit,
-            since=since,
-            until=until,
-            target=target,
-            task_id=task_id,
-            scope=scope,
-            packet_types=packet_types,
-            path_filters=paths,
-            symbol_filters=symbols,
-            as_of=as_of,
-        )
-    except ValueError as e:
+        with naming("--as-of"):
+            hits = store.recall(
+                query,
+                limit=limit,
+                since=since,
+                until=until,
+                target=target,
+                task_id=task_id,
+                scope=scope,
+                packet_types=packet_types,
+                path_filters=paths,
+                symbol_filters=symbols,
+                as_of=as_of,
+            )
+    except ValueError as e:  # the engine's own rules: a scope without --task, ...
         raise click.UsageError(str(e)) from None
     ctx.emit({"hits": [h.to_json() for h in hits]}, human=lambda d: _table(d["hits"]))
 
@@ -85,9 +95,9 @@ def _table(hits: list[dict[str, Any]]) -> str:
         why = ",".join(
             r.replace("_match", "").replace("bm25_text", "text") for r in h["match_reasons"]
         )
-        snippet = " ".join(h["snippet"].split())[:70]
+        snippet = safe(" ".join(h["snippet"].split())[:70])
         lines.append(
-            f"{h['score']:8.3f}  {h['cache_key'][:12]}  {h['target'][:28]:28}  "
+            f"{h['score']:8.3f}  {safe(h['cache_key'][:12])}  {safe(h['target'][:28]):28}  "
             f"{why[:28]:28}  {snippet}"
         )
     return "\n".join(lines)

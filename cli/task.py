@@ -11,10 +11,11 @@ import click
 from projections.task_api import TaskEvent, TaskInfo
 from projections.tasks import NOTE_TYPES, STATES, STATUS_NAMES, TaskState
 
+from .inputs import INTERVAL, JSON_OBJECT, SEQ_OR_TIME, FiniteFloat
 from .log import follow_log
-from .options import JSON_OBJECT, Ctx, store_options
-from .output import dumps, iso_time
-from .views import SEQ_OR_TIME, open_store
+from .options import Ctx, examples, group_options, store_options
+from .output import dumps, iso_time, safe
+from .views import naming, open_store
 
 STATE_CHOICES = (*STATES, "quarantined")
 
@@ -28,7 +29,10 @@ def usage_errors() -> Iterator[None]:
         raise click.UsageError(str(e)) from None
 
 
+@examples("ctxledger task create --title \"fix the auth gap\" --label auth",
+          "ctxledger --json task list --state running")
 @click.group("task")
+@group_options
 def task() -> None:
     """Tasks: a registry of agent work, each with its history and working record.
 
@@ -41,9 +45,11 @@ def _written(ctx: Ctx, t: TaskInfo) -> None:
     extra = " (cancel requested)" if t.cancel_requested and t.state == "running" else ""
     ctx.emit({"id": t.id, "state": t.state, "seq": t.last_seq,
               "cancel_requested": t.cancel_requested},
-             human=f"{t.id} {t.state}{extra} (seq {t.last_seq})")
+             human=f"{safe(t.id)} {t.state}{extra} (seq {t.last_seq})")
 
 
+@examples("ctxledger task create --title \"fix the auth gap\" --label auth",
+          "ctxledger task create --title \"write the test\" --parent auth-1 --id auth-2 --json")
 @task.command("create")
 @store_options
 @click.option("--title", required=True, help="What the task is.")
@@ -52,18 +58,14 @@ def _written(ctx: Ctx, t: TaskInfo) -> None:
 @click.option("--id", "task_id", metavar="ID", help="Use this id (default: a generated one).")
 def task_create(ctx: Ctx, title: str, parent: str | None, labels: tuple[str, ...],
                 task_id: str | None) -> None:
-    """Create a task; prints its id and the seq of its event.
-
-    \b
-    Example:
-      ctxledger task create --title "fix the auth gap" --label auth
-    """
+    """Create a task; prints its id and the seq of its event."""
     with usage_errors():
         t = open_store(ctx, write=True).tasks.create(title, parent=parent, labels=labels,
                                                      id=task_id)
-    ctx.emit({"id": t.id, "seq": t.last_seq}, human=f"{t.id} (seq {t.last_seq})")
+    ctx.emit({"id": t.id, "seq": t.last_seq}, human=f"{safe(t.id)} (seq {t.last_seq})")
 
 
+@examples("ctxledger task start auth-1", "ctxledger task start auth-1 --json")
 @task.command("start")
 @store_options
 @click.argument("task_id", metavar="ID")
@@ -73,6 +75,8 @@ def task_start(ctx: Ctx, task_id: str) -> None:
         _written(ctx, open_store(ctx, write=True).tasks.start(task_id))
 
 
+@examples("ctxledger task note auth-1 --type decision --data '{\"text\": \"use blake3\"}'",
+          "ctxledger task note auth-1 --type file_edit --data @note.json")
 @task.command("note")
 @store_options
 @click.argument("task_id", metavar="ID")
@@ -82,27 +86,25 @@ def task_start(ctx: Ctx, task_id: str) -> None:
               help="The note: a JSON object, '-' for stdin, or @FILE. file_read/file_edit "
                    "notes need \"path\" or \"paths\"; \"resolves\": SEQ closes a question.")
 def task_note(ctx: Ctx, task_id: str, note_type: str, data: dict[str, Any]) -> None:
-    """Add a note to a live task's working record.
-
-    \b
-    Example:
-      ctxledger task note t-01... --type decision --data '{"text": "use blake3"}'
-    """
+    """Add a note to a live task's working record."""
     with usage_errors():
         _written(ctx, open_store(ctx, write=True).tasks.note(task_id, note_type, data))
 
 
+@examples("ctxledger task progress auth-1 --message \"tests written\" --fraction 0.5")
 @task.command("progress")
 @store_options
 @click.argument("task_id", metavar="ID")
 @click.option("--message", help="What is happening.")
-@click.option("--fraction", type=click.FloatRange(0, 1), help="How far along, 0 to 1.")
+@click.option("--fraction", type=FiniteFloat(0, 1), help="How far along, 0 to 1.")
 def task_progress(ctx: Ctx, task_id: str, message: str | None, fraction: float | None) -> None:
     """Report progress on a live task."""
     with usage_errors():
         _written(ctx, open_store(ctx, write=True).tasks.progress(task_id, message, fraction))
 
 
+@examples("ctxledger task cancel auth-1 --reason \"not needed\"",
+          "ctxledger task cancel auth-1 --force")
 @task.command("cancel")
 @store_options
 @click.argument("task_id", metavar="ID")
@@ -118,6 +120,7 @@ def task_cancel(ctx: Ctx, task_id: str, reason: str | None, force: bool) -> None
         _written(ctx, open_store(ctx, write=True).tasks.cancel(task_id, reason, force=force))
 
 
+@examples("ctxledger task complete auth-1", "ctxledger task complete auth-1 --result '{\"pr\": 7}'")
 @task.command("complete")
 @store_options
 @click.argument("task_id", metavar="ID")
@@ -128,6 +131,7 @@ def task_complete(ctx: Ctx, task_id: str, result: dict[str, Any] | None) -> None
         _written(ctx, open_store(ctx, write=True).tasks.complete(task_id, result))
 
 
+@examples("ctxledger task fail auth-1 --reason \"tests still red\"")
 @task.command("fail")
 @store_options
 @click.argument("task_id", metavar="ID")
@@ -138,6 +142,7 @@ def task_fail(ctx: Ctx, task_id: str, reason: str) -> None:
         _written(ctx, open_store(ctx, write=True).tasks.fail(task_id, reason))
 
 
+@examples("ctxledger task release auth-1 --reason \"checked the log by hand\"")
 @task.command("release")
 @store_options
 @click.argument("task_id", metavar="ID")
@@ -148,6 +153,8 @@ def task_release(ctx: Ctx, task_id: str, reason: str | None) -> None:
         _written(ctx, open_store(ctx, write=True).tasks.release(task_id, reason))
 
 
+@examples("ctxledger task list --state running",
+          "ctxledger task list --label auth --as-of 24h --json")
 @task.command("list")
 @store_options
 @click.option("--state", type=click.Choice(STATE_CHOICES), help="Only tasks in this state.")
@@ -156,13 +163,8 @@ def task_release(ctx: Ctx, task_id: str, reason: str | None) -> None:
 @click.option("--as-of", "as_of", type=SEQ_OR_TIME, help="The registry as it stood at SEQ or TIME.")
 def task_list(ctx: Ctx, state: str | None, label: str | None, parent: str | None,
               as_of: int | float | None) -> None:
-    """List tasks, oldest first.
-
-    \b
-    Example:
-      ctxledger task list --state running --json
-    """
-    with usage_errors():
+    """List tasks, oldest first."""
+    with usage_errors(), naming("--as-of"):
         tasks = open_store(ctx).tasks.list(state=state, label=label, parent=parent, as_of=as_of)
     ctx.emit({"tasks": [t.to_json() for t in tasks]}, human=lambda _: _list_text(tasks))
 
@@ -173,8 +175,8 @@ def _list_text(tasks: list[TaskInfo]) -> str:
     lines = [f"{'ID':30}  {'STATE':22}  {'UPDATED':24}  {'EVENTS':>6}  TITLE"]
     for t in tasks:
         state = t.state + (" (quarantined)" if t.quarantined else "")
-        lines.append(f"{t.id:30}  {state:22}  {_when(t.updated_at):24}  {t.events:>6}  "
-                     f"{_one_line(t.title)}")
+        lines.append(f"{safe(t.id):30}  {state:22}  {_when(t.updated_at):24}  {t.events:>6}  "
+                     f"{safe(t.title)}")
     return "\n".join(lines)
 
 
@@ -182,10 +184,7 @@ def _when(at: float | None) -> str:
     return "-" if at is None else iso_time(at)
 
 
-def _one_line(s: str) -> str:
-    return " ".join(s.split())
-
-
+@examples("ctxledger task show auth-1", "ctxledger task show auth-1 --as-of 1h --json")
 @task.command("show")
 @store_options
 @click.argument("task_id", metavar="ID")
@@ -193,52 +192,53 @@ def _one_line(s: str) -> str:
 def task_show(ctx: Ctx, task_id: str, as_of: int | float | None) -> None:
     """A task's state and working record (open questions, decisions, files touched)."""
     st = open_store(ctx)
-    with usage_errors():
+    with usage_errors(), naming("--as-of"):
         info = st.tasks.get(task_id, as_of=as_of)
         record = st.tasks.record(task_id, as_of=as_of)
     if info is None or record is None:
-        raise click.ClickException(f"no task with id {task_id}")
+        raise click.ClickException(f"no task with id {safe(task_id)}")
     ctx.emit({"task": info.to_json(), "record": record.to_json()},
              human=lambda d: _show_text(d))
 
 
 def _show_text(d: dict[str, Any]) -> str:
     t, r = d["task"], d["record"]
-    lines = [f"{t['id']}  {t['state']}{'  QUARANTINED' if t['quarantined'] else ''}",
-             f"  title:    {_one_line(t['title'])}"]
+    lines = [f"{safe(t['id'])}  {t['state']}{'  QUARANTINED' if t['quarantined'] else ''}",
+             f"  title:    {safe(t['title'])}"]
     if t["parent"]:
-        lines.append(f"  parent:   {t['parent']}")
+        lines.append(f"  parent:   {safe(t['parent'])}")
     if t["labels"]:
-        lines.append(f"  labels:   {', '.join(t['labels'])}")
+        lines.append(f"  labels:   {safe(', '.join(t['labels']))}")
     for k in ("created_at", "started_at", "ended_at", "updated_at"):
         if t[k] is not None:
             lines.append(f"  {k[:-3] + ':':9} {iso_time(t[k])}")
     if t["quarantine"]:
         q = t["quarantine"]
-        lines.append(f"  quarantine: seq {q['seq']} ({q['kind']}): {q['reason']}; "
+        lines.append(f"  quarantine: seq {q['seq']} ({safe(q['kind'])}): {safe(q['reason'])}; "
                      f"{t['held']} event(s) held")
     if t["cancel_requested"] and t["state"] == "running":
         lines.append("  cancel requested")
     if t["reason"]:
-        lines.append(f"  reason:   {_one_line(t['reason'])}")
+        lines.append(f"  reason:   {safe(t['reason'])}")
     if t["progress"]:
         p = t["progress"]
         frac = "" if p.get("fraction") is None else f"{p['fraction']:.0%}"
-        lines.append(f"  progress: {p.get('message') or ''} {frac}".rstrip())
+        lines.append(f"  progress: {safe(p.get('message') or '')} {frac}".rstrip())
     if t["notes"]:
         lines.append("  notes:    " + ", ".join(f"{k} {v}" for k, v in sorted(t["notes"].items())))
     for title, key in (("open questions", "open_questions"), ("decisions", "decisions"),
                        ("intentions", "intentions"), ("evidence", "evidence")):
         if r[key]:
             lines.append(f"  {title}:")
-            lines += [f"    seq {n['seq']}: {dumps(n['data'], compact=True, ascii_only=False)}"
-                      for n in r[key]]
+            lines += [f"    seq {n['seq']}: {_compact(n['data'])}" for n in r[key]]
     if r["files"]:
         lines.append("  files:")
-        lines += [f"    {p}  read {f['read']}, edit {f['edit']}" for p, f in r["files"].items()]
+        lines += [f"    {safe(p)}  read {f['read']}, edit {f['edit']}"
+                  for p, f in r["files"].items()]
     return "\n".join(lines)
 
 
+@examples("ctxledger task history auth-1", "ctxledger task history auth-1 --json")
 @task.command("history")
 @store_options
 @click.argument("task_id", metavar="ID")
@@ -252,30 +252,32 @@ def task_history(ctx: Ctx, task_id: str) -> None:
 
 def _event_text(e: TaskEvent) -> str:
     mark = "" if e.status == "applied" else f"  [{e.status}]"
-    return f"{e.seq:>6}  {iso_time(e.at)}  {e.kind}{mark}  " \
-           f"{dumps(e.data, compact=True, ascii_only=False)}"
+    return f"{e.seq:>6}  {iso_time(e.at)}  {safe(e.kind)}{mark}  {_compact(e.data)}"
 
 
+def _compact(data: Any) -> str:
+    """A value on one line for people: compact JSON, escaped."""
+    return safe(dumps(data, compact=True, ascii_only=False))
+
+
+@examples("ctxledger task export auth-1 > auth-1.jsonl",
+          "ctxledger task export auth-1 | jq -c 'select(.kind == \"task.note\")'")
 @task.command("export")
 @store_options
 @click.argument("task_id", metavar="ID")
 def task_export(ctx: Ctx, task_id: str) -> None:
-    """A task's history as JSON lines, one event a line (for jq and friends).
-
-    \b
-    Example:
-      ctxledger task export t-01... | jq -c 'select(.kind == "task.note")'
-    """
+    """A task's history as JSON lines, one event a line (for jq and friends)."""
     with usage_errors():
         events = open_store(ctx).tasks.history(task_id)
     for e in events:
         ctx.emit_jsonl({"id": task_id, **e.to_json()})
 
 
+@examples("ctxledger task watch", "ctxledger task watch auth-1 --json")
 @task.command("watch")
 @store_options
 @click.argument("task_id", metavar="[ID]", required=False)
-@click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, show_default=True,
+@click.option("--interval", type=INTERVAL, default=0.2, show_default=True,
               metavar="SECONDS", help="How often to poll the log.")
 def task_watch(ctx: Ctx, task_id: str | None, interval: float) -> None:
     """Print task events as they are committed (of one task, or all), until Ctrl-C.
@@ -299,6 +301,6 @@ def task_watch(ctx: Ctx, task_id: str | None, interval: float) -> None:
             ctx.emit_jsonl(row)
         else:
             mark = "" if status == "applied" else f" [{status}]"
-            ctx.emit_lines([f"{ev.seq:>6}  {iso_time(ev.at)}  {ev.key}  {ev.kind}{mark}  -> "
-                            f"{row['state']}"])
+            ctx.emit_lines([f"{ev.seq:>6}  {iso_time(ev.at)}  {safe(ev.key or '-')}  "
+                            f"{safe(ev.kind)}{mark}  -> {row['state']}"])
 

@@ -1,4 +1,4 @@
-"""What the view commands share: opening the ContextStore, times, progress bars."""
+"""What the view commands share: opening the ContextStore, progress bars, as-of errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from contextlib import contextmanager
 
 import click
 
-from projections import ContextStore
+from projections import AsOfError, ContextStore
 
+from .inputs import SEQ_OR_TIME as SEQ_OR_TIME  # (re-exported: commands written before cli.inputs)
+from .inputs import TIME as TIME
 from .options import Ctx
 
 
@@ -46,52 +48,14 @@ def progress_bar(ctx: Ctx, total: int, label: str) -> Iterator[Callable[[int], N
         yield bar.update
 
 
-class TimeParam(click.ParamType):
-    """A point in time: ISO-8601 (``2026-11-30T12:00:00Z``) or ``@UNIX`` seconds."""
-
-    name = "TIME"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, c: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        text = str(value).strip()
-        if text.startswith("@"):
-            try:
-                return float(text[1:])
-            except ValueError:
-                self.fail(f"{value!r} is not @UNIX seconds", param, c)
-        try:
-            when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            self.fail(
-                f"{value!r} is not a time (use ISO-8601 like 2026-11-30T12:00:00Z, "
-                "or @UNIX seconds)",
-                param,
-                c,
-            )
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
-        return when.timestamp()
-
-
-class SeqOrTime(TimeParam):
-    """A seq (plain digits) or a time (ISO-8601 or ``@UNIX``)."""
-
-    name = "SEQ|TIME"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, c: click.Context | None
-    ) -> int | float:
-        text = str(value).strip()
-        if text.isdigit():
-            return int(text)
-        return super().convert(value, param, c)
-
-
-TIME = TimeParam()
-SEQ_OR_TIME = SeqOrTime()
+@contextmanager
+def naming(option: str) -> Iterator[None]:
+    """Report the library's :class:`AsOfError` (a seq past the head, say) as a usage
+    error naming ``option``, the option that carried the value."""
+    try:
+        yield
+    except AsOfError as e:
+        raise click.BadParameter(str(e), param_hint=f"'{option}'") from None
 
 
 def iso(ts: float | int | None) -> str:

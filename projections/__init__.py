@@ -11,20 +11,27 @@ from .packet import (
 )
 from .runner import Projection, Runner, fold
 from .store import (
+    AmbiguousKeyError,
+    AsOfError,
     CacheEntry,
     ContextStore,
+    EntryPage,
     EntrySummary,
     PruneResult,
     PutResult,
+    UnknownKeyError,
     replay,
     store_dir,
 )
 
 __all__ = [
+    "AmbiguousKeyError",
+    "AsOfError",
     "CacheEntry",
     "CacheState",
     "ConfigError",
     "ContextStore",
+    "EntryPage",
     "EntryRef",
     "EntrySummary",
     "InvalidPacketError",
@@ -33,6 +40,7 @@ __all__ = [
     "PutResult",
     "Runner",
     "StoreConfig",
+    "UnknownKeyError",
     "cache_key_of",
     "canonical_bytes",
     "check_packet",

@@ -41,6 +41,10 @@ _COLUMNS = (
 PUT = "cache.put"
 EVICTED = "cache.evicted"
 EVICTION_REASONS = ("expired_ttl", "manual_prune", "corrupt_load_recovery")
+MIN_KEY_PREFIX = 8
+"""Fewest hex digits a cache_key prefix may have: 8 (32 bits) keep a prefix of a
+live key unique in all but huge stores, and short enough to type."""
+_HEX = frozenset("0123456789abcdef")
 
 
 Row = tuple[int, float, int, int]  # (seq, created_at, target_id, nbytes)
@@ -131,6 +135,25 @@ class CacheState:
             for name, _f, dt, _s in _COLUMNS
         )
 
+    def keys_with_prefix(self, prefix: str, live_after: float | None) -> list[str]:
+        """The cache_keys (hex, sorted) that start with ``prefix`` (from :func:`key_prefix`)
+        and were created after ``live_after``: a bisection into the sorted base
+        keys, a walk over the few that match, and the delta."""
+        lo = bytes.fromhex(prefix.ljust(64, "0"))
+        hi = bytes.fromhex(prefix.ljust(64, "f"))
+        found: list[bytes] = []
+        keys = _KeySeq(self._base["keys"], self._n)
+        created = self._base["created"]
+        i = bisect_left(keys, lo)
+        while i < self._n and (k := keys[i]) <= hi:
+            if k not in self.delta and (live_after is None or created[i] > live_after):
+                found.append(k)
+            i += 1
+        for k, row in self.delta.items():
+            if row is not None and lo <= k <= hi and (live_after is None or row[1] > live_after):
+                found.append(k)
+        return sorted(k.hex() for k in found)
+
     def get(self, cache_key: str) -> EntryRef | None:
         key = _key_bytes(cache_key)
         row = None if key is None else self.row(key)
@@ -169,9 +192,36 @@ class CacheState:
         until: float | None = None,
     ) -> Iterator[EntryRef]:
         """Entries matching the filters, newest first (ties: cache_key)."""
+        cols, order = self._matching(live_after, target, since, until)
+        for i in order:
+            yield self._column_ref(cols, i)
+
+    def select_page(
+        self,
+        offset: int,
+        limit: int,
+        *,
+        live_after: float | None,
+        target: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> tuple[list[EntryRef], int]:
+        """``select``'s entries ``offset`` to ``offset + limit``, and how many match in all."""
+        cols, order = self._matching(live_after, target, since, until)
+        return [self._column_ref(cols, i) for i in order[offset : offset + limit]], len(order)
+
+    def _matching(
+        self,
+        live_after: float | None,
+        target: str | None,
+        since: float | None,
+        until: float | None,
+    ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """The live columns and the indexes of the entries that match, in listing order."""
         import numpy as np
 
-        keys, seqs, created, tids, nbytes = self.live_columns()
+        cols = self.live_columns()
+        keys, _seqs, created, tids, _nbytes = cols
         mask = np.ones(len(keys), dtype=bool)
         if live_after is not None:
             mask &= created > live_after
@@ -182,14 +232,16 @@ class CacheState:
         if target is not None:
             tid = self.target_ix.get(target)
             if tid is None:
-                return
+                return cols, np.zeros(0, dtype=np.intp)
             mask &= tids == tid
         idx = np.nonzero(mask)[0]
-        order = idx[np.lexsort((keys[idx], -created[idx]))]
-        for i in order:
-            yield self._ref(
-                bytes(keys[i]), (int(seqs[i]), float(created[i]), int(tids[i]), int(nbytes[i]))
-            )
+        return cols, idx[np.lexsort((keys[idx], -created[idx]))]
+
+    def _column_ref(self, cols: tuple[np.ndarray, ...], i: int) -> EntryRef:
+        keys, seqs, created, tids, nbytes = cols
+        return self._ref(
+            bytes(keys[i]), (int(seqs[i]), float(created[i]), int(tids[i]), int(nbytes[i]))
+        )
 
     def count(self, live_after: float | None) -> tuple[int, float | None, float | None]:
         _k, _s, created, _t, _n = self.live_columns()
@@ -391,6 +443,20 @@ def find_key_plain(buf: memoryview, n: int, key: bytes) -> int:
 
 def _cast(view: memoryview, fmt: str) -> memoryview:
     return view if fmt == "B" else view.cast("B").cast(fmt)  # type: ignore[call-overload]
+
+
+def key_prefix(text: str) -> str:
+    """``text`` as a cache_key prefix: lowercase hex, 8 to 64 digits, else ValueError."""
+    want = text.strip().lower()
+    if not want or not set(want) <= _HEX:
+        raise ValueError(f"{text!r} is not a cache_key (hex digits)")
+    if len(want) > 64:
+        raise ValueError(f"a cache_key has 64 hex digits, not {len(want)}")
+    if len(want) < MIN_KEY_PREFIX:
+        raise ValueError(
+            f"a cache_key prefix needs at least {MIN_KEY_PREFIX} hex digits, not {len(want)}"
+        )
+    return want
 
 
 def _key_bytes(key: object) -> bytes | None:

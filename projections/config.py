@@ -14,6 +14,12 @@ from eventstore import LedgerError
 from .packet import DEFAULT_MAX_PACKET_BYTES
 
 DEFAULT_TTL = 86_400
+KNOWN_SETTINGS: dict[str, tuple[str, ...]] = {
+    "cache": ("ttl_seconds",),
+    "store": ("max_packet_bytes", "sync"),
+    "checkpoint": ("every_events", "every_seconds", "close_lag"),
+}
+"""Every table of config.toml and its keys: anything else is a typo, and an error."""
 
 
 class ConfigError(LedgerError):
@@ -41,6 +47,7 @@ class StoreConfig:
             doc: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: invalid TOML: {e}") from None
+        _no_unknown(doc, path)
         cache, store, ckpt = (_table(doc, n, path) for n in ("cache", "store", "checkpoint"))
         kw: dict[str, Any] = {}
         _num(kw, "ttl_seconds", cache.get("ttl_seconds"), path, positive=True)
@@ -63,6 +70,21 @@ class StoreConfig:
                 raise ConfigError(f"{path}: [store] sync must be always, batch or none")
             kw["sync"] = sync
         return cls(**kw)
+
+
+def _no_unknown(doc: dict[str, Any], path: Path) -> None:
+    """A misspelt setting would silently keep its default: refuse it, naming it."""
+    for name, value in doc.items():
+        keys = KNOWN_SETTINGS.get(name)
+        if keys is None:
+            known = ", ".join(f"[{t}]" for t in KNOWN_SETTINGS)
+            raise ConfigError(f"{path}: unknown table or key {name!r} (known: {known})")
+        if isinstance(value, dict):
+            for key in value:
+                if key not in keys:
+                    raise ConfigError(
+                        f"{path}: unknown setting [{name}] {key!r} (known: {', '.join(keys)})"
+                    )
 
 
 def _table(doc: dict[str, Any], name: str, path: Path) -> dict[str, Any]:

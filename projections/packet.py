@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +12,7 @@ import cbor2
 from eventstore import InvalidEventError
 from eventstore.event import MAX_DATA_DEPTH, Encoded, check_depth
 from eventstore.frame import encode_row
+from eventstore.jsontext import JSONTextError, loads_strict
 
 from .cache import PUT
 
@@ -127,6 +128,7 @@ def encode_packet(packet: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, int
         check_depth(packet, PACKET_LEVEL)  # before cbor2's encoder sees very deep data
     except InvalidEventError:
         raise _too_deep() from None
+    _check_finite(packet)
     data = canonical_bytes(packet)
     try:
         body = cbor2.loads(data)
@@ -139,6 +141,22 @@ def encode_packet(packet: Mapping[str, Any]) -> tuple[dict[str, Any], bytes, int
             "(its cache_key could not be checked again)"
         )
     return body, data, -1
+
+
+def _check_finite(packet: Mapping[str, Any]) -> None:
+    """Refuse NaN and infinities: NaN equals nothing (not even itself) and JSON has
+    neither, so a packet holding one has no text form that reads back to it."""
+    stack: list[Any] = [packet]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise InvalidPacketError(f"packet holds a non-finite number ({v}); JSON has none")
+        elif isinstance(v, Mapping):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            stack.extend(v)
 
 
 def _too_deep() -> InvalidPacketError:
@@ -234,9 +252,11 @@ def check_packet_full(
 
 
 def parse_packet_json(text: str | bytes) -> object:
+    """A packet from JSON text, read strictly (``eventstore.jsontext``: no NaN, no
+    out-of-range numbers, no duplicate keys), so the text has one cache key."""
     try:
-        return json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
+        return loads_strict(text)
+    except JSONTextError as e:
         raise InvalidPacketError(f"invalid packet JSON: {e}") from None
 
 

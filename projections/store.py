@@ -27,7 +27,7 @@ from eventstore import (
 from . import cache
 from . import handoffs as handoffs_view
 from . import tasks as tasks_view
-from .cache import CacheState, EntryRef
+from .cache import CacheState, EntryRef, key_prefix
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
 from .packet import (
@@ -74,6 +74,57 @@ def projections() -> list[Projection]:
     return [CACHE, RECALL, TASKS, HANDOFFS]
 
 
+class AsOfError(ValueError):
+    """An ``as_of``/``until`` that names no state of this log (negative, NaN, past the head)."""
+
+
+class UnknownKeyError(LedgerError):
+    """No live entry has this cache_key (or a key starting with this prefix)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        what = "cache_key" if len(prefix) == 64 else "cache_key starting with"
+        super().__init__(f"no live entry with {what} {prefix}")
+
+
+class AmbiguousKeyError(LedgerError):
+    """More than one live entry's cache_key starts with this prefix."""
+
+    SHOWN = 10
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        self.prefix = prefix
+        self.candidates = candidates
+        more = len(candidates) - self.SHOWN
+        listed = ", ".join(candidates[: self.SHOWN]) + (f" and {more} more" if more > 0 else "")
+        super().__init__(
+            f"cache_key prefix {prefix} is ambiguous: {len(candidates)} live entries start "
+            f"with it ({listed}); give more digits"
+        )
+
+
+def seq_at(log: LogBackend, as_of: int | float) -> int:
+    """The seq a view "as of" ``as_of`` is folded to: a seq (int, 0 to the head) as is;
+    a unix time (float) gives the last seq appended at or before it."""
+    if isinstance(as_of, bool) or not isinstance(as_of, int | float):
+        raise AsOfError(f"as_of must be a seq (int) or a unix time (float), not {as_of!r}")
+    if isinstance(as_of, int):
+        head = log.head
+        if as_of < 0:
+            raise AsOfError(f"seq {as_of} is negative (seqs start at 1; 0 is the empty log)")
+        if as_of > head:
+            raise AsOfError(f"seq {as_of} is past the head (seq {head})")
+        return as_of
+    if not math.isfinite(as_of) or as_of < 0:
+        raise AsOfError(f"time {as_of} is not a unix time (finite, at or after 1970)")
+    last = 0
+    for batch in log.read_batches(1):
+        if batch.at > as_of:
+            break
+        last = batch.last_seq
+    return last
+
+
 @attrs.frozen
 class PutResult:
     cache_key: str
@@ -113,6 +164,22 @@ class EntrySummary:
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+@attrs.frozen
+class EntryPage:
+    """One page of ``list``: its entries, how many matched in all, where the next page starts."""
+
+    entries: list[EntrySummary]
+    total: int
+    next_offset: int | None  # None: nothing after this page
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "entries": [e.to_json() for e in self.entries],
+            "total": self.total,
+            "next_offset": self.next_offset,
+        }
 
 
 @attrs.frozen
@@ -360,17 +427,31 @@ class ContextStore:
         return states
 
     def seq_for(self, as_of: int | float) -> int:
-        """``as_of`` is a seq (int) or a unix time (float): the last seq at or before it."""
-        if isinstance(as_of, bool) or as_of < 0:
-            raise ValueError("as_of must be a non-negative seq or unix time")
-        if isinstance(as_of, int):
-            return min(as_of, self.ledger.head)
-        last = 0
-        for batch in self.ledger.read_batches(1):
-            if batch.at > as_of:
-                break
-            last = batch.last_seq
-        return last
+        """``as_of`` is a seq (int) or a unix time (float): see :func:`seq_at`."""
+        return seq_at(self.ledger, as_of)
+
+    def resolve_key(self, prefix: str) -> str:
+        """The cache_key of the one live entry whose key starts with ``prefix``.
+
+        ``prefix`` is 8 to 64 hex digits (either case; else ValueError), so the
+        short keys ``store list`` shows can be used as they are. Raises
+        :class:`UnknownKeyError` when no live entry matches and
+        :class:`AmbiguousKeyError`, listing them, when several do.
+        """
+        want = key_prefix(prefix)
+        self._sync()
+        live_after = self._live_after()
+        if len(want) == 64:  # a whole key: one lookup, not a walk of the delta
+            ref = self._cache().get(want)
+            found = [want] if ref is not None and ref.created_at > live_after else []
+        else:
+            found = self._cache().keys_with_prefix(want, live_after)
+        self._check_mapped()
+        if not found:
+            raise UnknownKeyError(want)
+        if len(found) > 1:
+            raise AmbiguousKeyError(want, found)
+        return found[0]
 
     def get(self, key: str) -> CacheEntry | None:
         """The live entry with this cache_key, or None (expired entries are never returned)."""
@@ -434,31 +515,40 @@ class ContextStore:
         as_of: int | float | None = None,
     ) -> list[EntrySummary]:
         """Live entries, newest first, filtered and paged."""
+        return self.list_page(target, since, until, offset, limit, as_of).entries
+
+    def list_page(
+        self,
+        target: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        offset: int = 0,
+        limit: int = 100,
+        as_of: int | float | None = None,
+    ) -> EntryPage:
+        """:meth:`list`, saying how many entries matched and whether the page was cut."""
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must be non-negative")
         state = self._state_as_of(as_of, [cache.NAME])[0]
         assert isinstance(state, CacheState)
         ttl = self.config.ttl_seconds
-        out: builtins.list[EntrySummary] = []
-        for i, ref in enumerate(
-            state.select(live_after=self._live_after(), target=target, since=since, until=until)
-        ):
-            if i < offset:
-                continue
-            if len(out) >= limit:
-                break
-            out.append(
-                EntrySummary(
-                    ref.cache_key,
-                    ref.target,
-                    int(ref.created_at),
-                    int(ref.created_at + ttl),
-                    ref.seq,
-                    ref.nbytes,
-                )
+        refs, total = state.select_page(
+            offset, limit, live_after=self._live_after(), target=target, since=since, until=until
+        )
+        out = [
+            EntrySummary(
+                ref.cache_key,
+                ref.target,
+                int(ref.created_at),
+                int(ref.created_at + ttl),
+                ref.seq,
+                ref.nbytes,
             )
+            for ref in refs
+        ]
         self._check_mapped()
-        return out
+        end = offset + len(out)
+        return EntryPage(out, total, end if end < total else None)
 
     def recall(
         self,
@@ -623,16 +713,7 @@ def replay(
         raise StoreNotFoundError(path)
     with Ledger.open(path / "log", readonly=True) as led:
         states = [p.new() for p in projections()]
-        if until is None:
-            seq = led.head
-        elif isinstance(until, int):
-            seq = min(until, led.head)
-        else:
-            seq = 0
-            for batch in led.read_batches(1):
-                if batch.at > until:
-                    break
-                seq = batch.last_seq
+        seq = led.head if until is None else seq_at(led, until)
         start = time.perf_counter()
         n = fold(led, states, 1, seq, progress)
         secs = time.perf_counter() - start

@@ -375,11 +375,13 @@ class Tasks(_Writer):
     # --- reading ------------------------------------------------------------------------
 
     def get(self, task_id: str, as_of: int | float | None = None) -> TaskInfo | None:
+        _check_id(task_id)
         t = self._state(as_of).tasks.get(task_id)
         return None if t is None else TaskInfo.of(t)
 
     def record(self, task_id: str, as_of: int | float | None = None) -> WorkingRecord | None:
         """The task's working record (open questions, decisions, files touched, ...)."""
+        _check_id(task_id)
         st = self._state(as_of)
         return None if task_id not in st.tasks else WorkingRecord.of(task_id, st.detail(task_id))
 
@@ -391,6 +393,8 @@ class Tasks(_Writer):
         as_of: int | float | None = None,
     ) -> builtins.list[TaskInfo]:
         """Tasks in creation order; ``state`` may also be ``quarantined``."""
+        if parent is not None:
+            _check_id(parent)
         if state is not None and state not in (*T.STATES, "quarantined"):
             raise ValueError(f"unknown state {state!r} (one of {', '.join(T.STATES)}, "
                              "quarantined)")
@@ -410,6 +414,7 @@ class Tasks(_Writer):
 
     def history(self, task_id: str, as_of: int | float | None = None) -> builtins.list[TaskEvent]:
         """Every event naming the task, in order, read (chain-checked) from the log."""
+        _check_id(task_id)
         st = self._state(as_of)
         if task_id not in st.tasks:
             raise UnknownTaskError(task_id)
@@ -476,6 +481,7 @@ class Agent(_Writer):
     def consume_handoff(self, handoff_id: str, by: str | None = None) -> Handoff:
         """Mark a handoff taken up by a new run (one resume). Only the current one can be:
         a superseded handoff is refused, naming the one that replaced it."""
+        _check_id(handoff_id)
         data = {} if by is None else {"by": by}
         bad = H.payload_error(H.CONSUMED, data)
         if bad is not None:
@@ -496,12 +502,14 @@ class Agent(_Writer):
     def latest_bootstrap(
         self, task_id: str | None = None, as_of: int | float | None = None
     ) -> Handoff | None:
+        _check_optional_id(task_id)
         r = self._state(as_of).current("bootstrap", task_id)
         return None if r is None else Handoff.of(r)
 
     def latest_handoff(
         self, task_id: str | None = None, as_of: int | float | None = None
     ) -> Handoff | None:
+        _check_optional_id(task_id)
         r = self._state(as_of).current("handoff", task_id)
         return None if r is None else Handoff.of(r)
 
@@ -510,20 +518,28 @@ class Agent(_Writer):
         as_of: int | float | None = None,
     ) -> builtins.list[Handoff]:
         """Every bootstrap and handoff (of ``task_id``, of ``kind``), oldest first."""
+        _check_optional_id(task_id)
         if kind is not None and kind not in ("bootstrap", "handoff"):
             raise ValueError("kind must be bootstrap or handoff")
         return [Handoff.of(r) for r in self._state(as_of).records.values()
                 if (task_id is None or r.task_id == task_id) and (kind is None or r.kind == kind)]
 
     def get(self, handoff_id: str, as_of: int | float | None = None) -> Handoff | None:
+        _check_id(handoff_id)
         r = self._state(as_of).records.get(handoff_id)
         return None if r is None else Handoff.of(r)
 
 
 def _check_id(task_id: object) -> None:
     if not T.valid_id(task_id):
-        raise ValueError(f"{task_id!r} is not a task id (1-128 of A-Z a-z 0-9 . _ : -, "
+        shown = repr(task_id) if len(repr(task_id)) <= 60 else repr(task_id)[:57] + "..."
+        raise ValueError(f"{shown} is not an id (1-128 of A-Z a-z 0-9 . _ : -, "
                          "starting with a letter or digit)")
+
+
+def _check_optional_id(task_id: object) -> None:
+    if task_id is not None:
+        _check_id(task_id)
 
 
 def _check_data(kind: str, data: Mapping[str, Any]) -> None:

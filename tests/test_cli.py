@@ -19,13 +19,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import cbor2
 import click
 import pytest
+from cli_walk import walk
 from click.testing import CliRunner, Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -733,19 +733,7 @@ def test_a_command_that_cannot_load_does_not_break_help() -> None:
 # --- every command, including ones added later ---------------------------------------
 
 
-def _walk(
-    cmd: click.Command, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    yield path, cmd
-    if isinstance(cmd, click.Group):
-        ctx = click.Context(cmd)
-        for name in cmd.list_commands(ctx):
-            sub = cmd.get_command(ctx, name)
-            assert sub is not None, name
-            yield from _walk(sub, (*path, name))
-
-
-ALL_COMMANDS = list(_walk(ctxledger))
+ALL_COMMANDS = list(walk(ctxledger))
 
 
 def test_every_registered_command_is_walked() -> None:
@@ -762,9 +750,54 @@ def test_every_command_has_help_and_docs(path: tuple[str, ...], cmd: click.Comma
     res = cli(*path, "--help")
     assert res.exit_code == 0, res.output
     assert res.stdout.startswith("Usage: ctxledger")
-    if not isinstance(cmd, click.Group):  # docs/cli.md: every command takes --root and --json
-        opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
-        assert {"--root", "--json"} <= opts, f"{' '.join(path)} lacks --root/--json"
+    # every command and group, --root and --json (a group's apply to every command below it)
+    opts = {o for p in cmd.params for o in getattr(p, "opts", [])}
+    assert {"--root", "--json"} <= opts, f"{' '.join(path)} lacks --root/--json"
+    shown = _help_examples(res.stdout)
+    assert 1 <= len(shown) <= 3, f"{' '.join(path)}: --help must end with Examples:\n{res.stdout}"
+    for line in shown:
+        _check_example(line)
+
+
+def _help_examples(text: str) -> list[str]:
+    """The command lines under the last ``Examples:`` heading, which must end the help."""
+    lines = text.rstrip("\n").splitlines()
+    heads = [i for i, line in enumerate(lines) if line.strip() == "Examples:"]
+    if not heads:
+        return []
+    return [line.strip() for line in lines[heads[-1] + 1 :]]
+
+
+def _check_example(line: str) -> None:
+    """An example runs a real command with options that exist (before or after its name)."""
+    if line.startswith("echo "):  # input piped into the command
+        line = line.split("| ", 1)[1]
+    words = shlex.split(line)
+    for sep in ("|", "&&"):  # what the output is piped into, or a second command
+        if sep in words:
+            words = words[: words.index(sep)]
+    assert words[0] == "ctxledger", line
+    cmd: click.Command = ctxledger
+    takes_value: dict[str, bool] = {}  # option -> whether the next word is its value
+
+    def learn(c: click.Command) -> None:
+        for p in c.params:
+            if isinstance(p, click.Option):
+                takes_value.update((o, not p.is_flag and not p.count) for o in p.opts)
+
+    learn(cmd)
+    rest = iter(words[1:])
+    for word in rest:
+        if word.startswith("-") and word != "-":
+            assert word.split("=")[0] in takes_value, f"{line}: {word} is no option of it"
+            if takes_value[word.split("=")[0]] and "=" not in word:
+                next(rest)
+        elif isinstance(cmd, click.Group):
+            sub = cmd.get_command(click.Context(cmd), word)
+            assert sub is not None, f"{line}: {word} is no command"
+            cmd = sub
+            learn(cmd)
+    assert not isinstance(cmd, click.Group) or len(words) == 1, f"{line}: names no command"
 
 
 def test_store_options_passes_a_ctx_first(tmp_path: Path) -> None:

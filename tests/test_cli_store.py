@@ -100,19 +100,24 @@ def test_prune_all_and_ttl(root: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "payload, needle",
+    "payload, needle, code",
     [
-        ("{not json", "invalid packet JSON"),
-        ("[1, 2]", "must be a JSON object"),
-        ('{"summary": "no target"}', "target"),
-        ('{"target": ""}', "target"),
-        ('{"target": "t", "paths": "src/a.rs"}', "paths"),
+        ("{not json", "not valid JSON", 2),  # not JSON: a usage error, like --data
+        ('{"target": "t", "x": 1e999}', "out of range", 2),
+        ('{"target": "t", "x": Infinity}', "Infinity", 2),
+        ('{"target": "t", "target": "u"}', "duplicate key", 2),
+        ("[1, 2]", "must be a JSON object", 1),  # JSON, but not a packet: the library's rules
+        ('{"summary": "no target"}', "target", 1),
+        ('{"target": ""}', "target", 1),
+        ('{"target": "t", "paths": "src/a.rs"}', "paths", 1),
     ],
 )
-def test_bad_packets_are_one_line_and_touch_nothing(root: Path, payload: str, needle: str) -> None:
+def test_bad_packets_are_one_line_and_touch_nothing(
+    root: Path, payload: str, needle: str, code: int
+) -> None:
     before = snapshot(root)
     r = cli("store", "put", "--root", str(root), input=payload)
-    assert r.exit_code == 1
+    assert r.exit_code == code
     assert r.stdout == "" and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert snapshot(root) == before
 
@@ -327,3 +332,87 @@ def test_demo_default_store_in_a_real_process(tmp_path: Path) -> None:
         timeout=60,
     )
     assert json.loads(p.stdout)["entries"] == 200
+
+
+def test_keys_from_store_list_work_in_store_get(root: Path) -> None:
+    put = ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
+    listed = cli("store", "list", "--root", str(root))
+    short = listed.stdout.splitlines()[1].split()[0]
+    assert len(short) == 16 and put["cache_key"].startswith(short)
+    for key in (short, short[:8], put["cache_key"], put["cache_key"].upper()):
+        assert ok_json("store", "get", "--key", key, "--root", str(root))["body"] == PACKET
+    r = cli("store", "get", "--key", "abc", "--root", str(root))
+    assert r.exit_code == 2 and "at least 8" in r.stderr
+    absent = "f" * 8 if not short.startswith("f" * 8) else "0" * 8
+    r = cli("store", "get", "--key", absent, "--root", str(root))
+    assert r.exit_code == 1 and "no live entry" in r.stderr
+
+
+def test_an_ambiguous_prefix_lists_the_candidates(root: Path) -> None:
+    from eventstore import Event, Ledger
+
+    keys = ["abcdef01" + c * 56 for c in "12"]
+    with Ledger.open(root / ".ctxledger" / "log") as led:  # keys chosen to share 8 digits
+        led.append([Event("cache.put", k, {"packet": {"target": "t"}, "bytes": 1}) for k in keys])
+    r = cli("store", "get", "--key", "abcdef01", "--root", str(root))
+    assert r.exit_code == 1 and r.stdout == ""
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "ambiguous" in line
+    assert keys[0] in line and keys[1] in line
+
+
+def test_list_json_says_when_the_page_was_cut(root: Path) -> None:
+    for i in range(3):
+        packet = json.dumps({**PACKET, "summary": str(i)})
+        ok_json("store", "put", "--root", str(root), input=packet)
+    page = ok_json("store", "list", "--limit", "2", "--root", str(root))
+    assert len(page["entries"]) == 2 and page["total"] == 3 and page["next_offset"] == 2
+    rest = ok_json("store", "list", "--offset", "2", "--root", str(root))
+    assert len(rest["entries"]) == 1 and rest["next_offset"] is None
+    human = cli("store", "list", "--limit", "2", "--root", str(root)).stdout
+    assert human.splitlines()[-1] == "(2 of 3; --offset 2 for more)"
+
+
+def test_root_and_json_before_the_command(root: Path, tmp_path: Path) -> None:
+    ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
+    want = ok_json("store", "list", "--root", str(root))
+    for argv in (
+        ["--json", "--root", str(root), "store", "list"],
+        ["--json", "store", "--root", str(root), "list"],
+        ["store", "--json", "list", "--root", str(root)],
+        ["--root", str(tmp_path / "elsewhere"), "store", "list", "--json", "--root", str(root)],
+    ):
+        r = cli(*argv)
+        assert r.exit_code == 0, (argv, r.output)
+        assert json.loads(r.stdout) == want, argv
+    r = cli("--root", str(tmp_path / "nowhere"), "log", "show")
+    assert r.exit_code == 1 and "no ctxledger store" in r.stderr
+
+
+def test_as_of_past_the_head_and_bad_times_are_usage_errors(root: Path) -> None:
+    ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
+    for argv, option, why in [
+        (["store", "list", "--as-of", "99"], "--as-of", "past the head (seq 1)"),
+        (["replay", "--until", "99"], "--until", "past the head (seq 1)"),
+        (["recall", "-q", "auth", "--as-of", "99"], "--as-of", "past the head (seq 1)"),
+        (["store", "list", "--as-of", "@-5"], "--as-of", "before 1970"),
+        (["replay", "--until", "@-5"], "--until", "before 1970"),
+        (["store", "list", "--since", "@nan"], "--since", "finite"),
+        (["store", "prune", "--ttl", "nan"], "--ttl", "not a duration"),
+        (["store", "prune", "--ttl", "inf"], "--ttl", "not a duration"),
+        (["store", "list", "--as-of", "@99999999999"], "--as-of", "in the future"),
+    ]:
+        r = cli(*argv, "--root", str(root))
+        assert r.exit_code == 2, (argv, r.output)
+        assert f"'{option}'" in r.stderr and why in r.stderr, (argv, r.stderr)
+    assert ok_json("store", "list", "--as-of", "1", "--root", str(root))["total"] == 1
+    assert ok_json("store", "list", "--since", "1h", "--root", str(root))["total"] == 1
+    assert ok_json("store", "list", "--since", "2000000000", "--root", str(root))["total"] == 0
+
+
+def test_rebuild_help_lists_the_projections() -> None:
+    from projections.store import projections
+
+    out = cli("rebuild", "--help").stdout
+    names = [p.name for p in projections()]
+    assert all(n in out for n in names) and "|".join(names) in out.replace(" ", "")

@@ -118,7 +118,7 @@ def test_cancel_release_and_handoffs(root: Path) -> None:
     (["task", "complete", "known"], 1, "cannot complete task known: the task was never started"),
     (["task", "create", "--title", "again", "--id", "known"], 1, "already exists"),
     (["task", "create", "--title", ""], 2, "title"),
-    (["task", "create", "--title", "x", "--id", "../etc"], 2, "not a task id"),
+    (["task", "create", "--title", "x", "--id", "../etc"], 2, "not an id"),
     (["task", "create", "--title", "x", "--parent", "nope"], 1, "no parent task"),
     (["task", "note", "known", "--type", "decision", "--data", "{bad"], 2, "not valid JSON"),
     (["task", "note", "known", "--type", "decision", "--data", "[1]"], 2, "JSON object"),

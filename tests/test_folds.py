@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from eventstore import Event, Ledger, LedgerError
 from projections import (
+    AsOfError,
     CacheState,
     ContextStore,
     EntrySummary,
@@ -203,7 +204,10 @@ def test_incremental_equals_rebuild_replay_and_fresh_fold(
                 assert fresh_fold(store.ledger, seq) == at_seq[seq]
                 assert store.list(as_of=seq, limit=10**6) == listings[seq]
                 assert replay(root, until=seq)["views"][cache_mod.NAME] == replay_form(at_seq[seq])
-            assert store.list(as_of=head + 100, limit=10**6) == listings[head]
+            with pytest.raises(AsOfError, match=f"past the head \\(seq {head}\\)"):
+                store.list(as_of=head + 100)
+            with pytest.raises(AsOfError, match="past the head"):
+                replay(root, until=head + 1)
             # as_of a time: every batch appended at or before it
             for at, _last in batch_ends:
                 seq = max(last for t, last in batch_ends if t <= at)

@@ -332,9 +332,6 @@ sync = "batch"
 [checkpoint]
 every_events = 10
 every_seconds = 2.5
-
-[recall]
-limit = 4   # other sections belong to other views
 """,
     )
     cfg = StoreConfig.load(p)
@@ -348,6 +345,22 @@ limit = 4   # other sections belong to other views
     with ContextStore.open(tmp_path) as store:
         assert store.config == cfg
         assert store.stats()["ttl_seconds"] == 3600
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[cache]\nttl_secondz = 5\n", "[cache] 'ttl_secondz'"),
+        ("[store]\nsync = \"always\"\nmax_bytes = 1\n", "[store] 'max_bytes'"),
+        ("[recall]\nlimit = 4\n", "'recall'"),  # a table no view reads
+        ("ttl_seconds = 5\n", "'ttl_seconds'"),  # a key outside its table
+    ],
+)
+def test_unknown_settings_are_refused_by_name(tmp_path: Path, text: str, named: str) -> None:
+    p = write_config(tmp_path, text)
+    with pytest.raises(ConfigError, match="unknown") as e:
+        StoreConfig.load(p)
+    assert named in str(e.value)
 
 
 def test_fractional_ttl_is_allowed(tmp_path: Path) -> None:

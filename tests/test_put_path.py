@@ -24,7 +24,7 @@ from projections.store import store_dir
 _keys = st.text(alphabet="abcé_z\u4e00", min_size=0, max_size=6)
 _plain = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(max_size=5),
-              st.floats(allow_nan=False)),
+              st.floats(allow_nan=False, allow_infinity=False)),  # (non-finite: refused)
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
     max_leaves=12,
 )
