@@ -121,7 +121,7 @@ class Runner:
                 state = p.decode(ck.body)
                 if state.seq != ck.seq:
                     raise ValueError("body watermark disagrees with header")
-            except Exception as e:  # a garbled body that passed the MAC: still only a cache
+            except Exception as e:  # intact but undecodable (a bug, another build): a cache
                 refused.append(f"{ck.source}: body does not decode ({type(e).__name__})")
                 continue
             chosen = View(p, state, ck.source, refused, ck.seq)

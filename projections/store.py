@@ -465,7 +465,7 @@ class ContextStore:
     ) -> builtins.list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md)."""
         if as_of is None:
-            # a cold process: the views' checkpoints are MAC-checked on another core
+            # a cold process: the views' checkpoints are checksummed on another core
             # while this thread imports numpy and the recall index
             self.runner.prefetch([cache.NAME, RECALL_NAME])
         from . import recall_view  # noqa: F401
