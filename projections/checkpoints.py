@@ -219,14 +219,6 @@ class CheckpointDir:
         except OSError as e:
             raise LedgerIOError(f"cannot remove checkpoint {name} {source}: {e.strerror}") from e
 
-    def remove(self, name: str) -> None:
-        for suffix in (".ckpt", ".ckpt.bak", ".ckpt.tmp"):
-            try:
-                (self.path / (name + suffix)).unlink()
-            except FileNotFoundError:
-                pass
-        self._sweep(name)
-
     def _sweep(self, name: str) -> None:
         """Delete temp files that writers which died mid-checkpoint left behind."""
         try:

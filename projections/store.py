@@ -15,6 +15,7 @@ import blake3
 import cbor2
 
 from eventstore import (
+    CorruptLogError,
     Event,
     HeadMismatchError,
     Ledger,
@@ -552,22 +553,29 @@ class ContextStore:
     def rebuild(
         self, projection: str | None = None, progress: Progress | None = None
     ) -> dict[str, Any]:
-        """Drop checkpoints (of one view or all), refold from the log, checkpoint again."""
+        """Refold views (one or all) from the log in memory, then replace their checkpoints.
+
+        The new state is built first; only when the whole fold succeeded are the
+        views swapped and their checkpoints replaced by rename. A log that fails
+        closed (``CorruptLogError``) leaves every file byte for byte as it was,
+        and this store as it was: the store's own file log is refolded through
+        a read-only handle of its own, so the damage it meets does not close
+        this store's handle (a read of the damaged range still fails closed).
+        """
         self._check_writable()
         known = list(self.runner.projections)
         names = known if projection is None else [projection]
         for name in names:
             if name not in known:
                 raise ValueError(f"unknown projection {name!r} (known: {', '.join(known)})")
-            self.runner.reset(name)
         start = time.perf_counter()
-        n = self.runner.catch_up(progress)
-        for name in names:  # a view that indexes in bulk does it now, inside the clock
-            settle = getattr(self.runner.views[name].state, "settle", None)
-            if settle is not None:
-                settle()
+        if self._owns_log:
+            with Ledger.open(self.path / "log", readonly=True) as log:
+                states, n = self.runner.refold(names, progress, log)  # bulk builds timed too
+        else:
+            states, n = self.runner.refold(names, progress)
         secs = time.perf_counter() - start
-        self.runner.checkpoint()
+        self.runner.install(states)
         total = time.perf_counter() - start
         return {
             "projections": names,
@@ -585,9 +593,10 @@ class ContextStore:
             if not self.readonly:
                 try:
                     self.runner.close_checkpoint()
-                except LedgerIOError as e:
-                    # checkpoints are disposable and the log is intact: the next
-                    # open folds from the log; say why in stats, do not fail close
+                except (LedgerIOError, CorruptLogError) as e:
+                    # checkpoints are disposable: the next open folds from the log (or,
+                    # if it is damaged, fails closed there, as reads here already did);
+                    # say why in stats, do not fail close
                     self.runner.checkpoint_error = str(e)
         finally:
             self._closed = True
