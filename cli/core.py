@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import click
 
-from eventstore import VerifyReport
+from eventstore import VerifyReport, private
 
 from .options import Ctx, store_options
 
@@ -21,30 +19,13 @@ def init(ctx: Ctx) -> None:
     An existing store is left as is. Only init creates a store, so a mistyped
     --root elsewhere fails instead of silently starting an empty one.
     """
-    created = not ctx.log_dir.is_dir()
-    for d in (ctx.log_dir, ctx.checkpoints_dir, ctx.artifacts_dir):
-        d.mkdir(parents=True, exist_ok=True)
-    if created:
-        _sync_dirs(ctx.store_dir, ctx.root)
+    from projections import init_store  # here: verify, in this module too, never needs it
+
+    created = init_store(ctx.root)
     ctx.emit(
         {"root": str(ctx.root), "store": str(ctx.store_dir), "created": created},
         human=f"{'created store' if created else 'store already exists:'} {ctx.store_dir}",
     )
-
-
-def _sync_dirs(*dirs: Path) -> None:
-    """Make the new directory entries durable (best effort: not every filesystem allows it)."""
-    for d in dirs:
-        try:
-            fd = os.open(d, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
 
 @click.command("verify")
@@ -53,10 +34,14 @@ def verify(ctx: Ctx) -> None:
     """Check every byte of the log; exit 0 only when it is intact.
 
     Headers, checksums, the hash chain and seq continuity are all checked.
-    Read-only: a torn tail or corruption is reported, never repaired.
+    Read-only: a torn tail or corruption is reported, never repaired. Store
+    files that group or others can use are warned about (exit code unchanged).
     """
     report = ctx.ledger().verify()
-    ctx.emit(report.to_json(), human=lambda _: _report_text(report, ctx))
+    warnings = private.mode_warnings(ctx.store_dir)
+    ctx.emit({**report.to_json(), "warnings": warnings},
+             human=lambda _: _report_text(report, ctx))
+    ctx.warn(warnings)
     if not report.ok:
         raise click.ClickException(f"{ctx.log_dir}: {len(report.problems)} problem(s) found")
 

@@ -16,6 +16,7 @@ from .store import (
     EntrySummary,
     PruneResult,
     PutResult,
+    init_store,
     replay,
     store_dir,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "check_packet",
     "parse_packet_json",
     "fold",
+    "init_store",
     "replay",
     "store_dir",
 ]

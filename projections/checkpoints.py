@@ -36,7 +36,7 @@ import attrs
 import blake3
 import cbor2
 
-from eventstore import LedgerError, LedgerIOError
+from eventstore import LedgerError, LedgerIOError, private
 
 MAGIC = b"CTXLCKP2"
 OLD_MAGIC = b"CTXLCKP1"  # format 1: keyed MAC, key in checkpoints/KEY; refused, rebuilt
@@ -174,7 +174,7 @@ class CheckpointDir:
         if self.readonly:
             return
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            private.make_dirs(self.path)
             prefix = _prefix({"name": name, "version": version, "seq": seq, "digest": digest,
                               "written_at": time.time()})
             h = blake3.blake3()
@@ -183,7 +183,7 @@ class CheckpointDir:
             primary = self.path / (name + ".ckpt")
             # unique per writer (process and call): concurrent writers never share one
             tmp = self.path / f"{name}.ckpt.{os.getpid()}.{_token()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = private.create_file(tmp, os.O_WRONLY | os.O_EXCL)
             try:
                 try:
                     for part in (prefix, body, h.digest()):

@@ -23,6 +23,7 @@ from eventstore import (
     LedgerIOError,
     LogBackend,
     StoreNotFoundError,
+    private,
 )
 
 from . import cache
@@ -134,6 +135,28 @@ def store_dir(root: str | os.PathLike[str]) -> Path:
     return Path(root) / STORE_DIR
 
 
+STORE_SUBDIRS = ("log", "checkpoints", "artifacts")
+
+
+def init_store(root: str | os.PathLike[str], subdirs: tuple[str, ...] = STORE_SUBDIRS) -> bool:
+    """Create ``root/.ctxledger/`` and its ``subdirs`` where missing; True if the store is new.
+
+    Every directory made here (the root too, if missing) is 0700, whatever the
+    umask; existing ones are left as they are. A store another user owns is
+    refused (``NotOwnerError``) before anything is created in it. New
+    directory entries are synced, best effort.
+    """
+    path = store_dir(root)
+    private.check_owner(path)
+    new = not (path / subdirs[0]).is_dir()
+    try:
+        for sub in subdirs:
+            private.make_dirs(path / sub, sync=True)
+    except OSError as e:
+        raise LedgerIOError(f"cannot create {path}: {e.strerror or e}") from e
+    return new
+
+
 class ContextStore:
     """Open with :meth:`open`; close (or use as a context manager) to checkpoint.
 
@@ -192,8 +215,7 @@ class ContextStore:
             raise StoreNotFoundError(path)
         cfg = config or StoreConfig.load(path / "config.toml")
         if not readonly:
-            for sub in ("log", "checkpoints", "artifacts") if log is None else ("checkpoints",):
-                (path / sub).mkdir(parents=True, exist_ok=True)
+            init_store(rootp, STORE_SUBDIRS if log is None else ("checkpoints",))
         owned = log is None
         ledger: LogBackend = (
             Ledger.open(path / "log", readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
@@ -535,6 +557,7 @@ class ContextStore:
             "checkpoint_fallbacks": sum(len(v.refused) for v in self.runner.views.values()),
             "checkpoint_error": self.runner.checkpoint_error,
             "views": views,
+            "warnings": private.mode_warnings(self.path),
         }
 
     # --- maintenance ----------------------------------------------------------------
