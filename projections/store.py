@@ -34,9 +34,8 @@ from .packet import (
     cache_key_of,
     canonical_bytes,
     check_packet_full,
-    packet_bytes_in_row,
     packet_data,
-    verbatim_row,
+    verbatim_packet,
 )
 from .runner import Progress, Projection, Runner, State, fold, paused_gc
 
@@ -420,9 +419,8 @@ class ContextStore:
             raise LedgerError(
                 f"entry {ref.cache_key} points at seq {ref.seq}, which the log lacks"
             )
-        canon = packet_bytes_in_row(stored.row, ref.nbytes)
-        if (blake3.blake3(canon).digest().hex() == ref.cache_key
-                and stored.row == verbatim_row(ref.cache_key, canon)):
+        canon = verbatim_packet(stored.row, ref.cache_key, ref.nbytes)
+        if canon is not None and blake3.blake3(canon).hexdigest() == ref.cache_key:
             try:
                 return cbor2.loads(canon), None
             except Exception:
@@ -516,15 +514,20 @@ class ContextStore:
         return out
 
     def _with_snippet(self, hit: RecallHit, cstate: CacheState) -> RecallHit:
-        """The index keeps no payload text; the snippet window comes from the logged body."""
-        from .recall import RecallDoc, make_snippet
+        """The index keeps no payload text; the snippet window comes from the logged body.
+
+        The body is read and authenticated whole (its content address covers all
+        of it); the snippet then reads its texts lazily and only up to its scan
+        limit, so a huge packet costs about its bytes' hash, not a walk of its text.
+        """
+        from .recall import make_snippet, packet_texts
 
         ref = cstate.get(hit.cache_key)
         if ref is None:
             return hit
         packet, _meta = self._logged_packet(ref)
-        doc = RecallDoc.from_packet(hit.cache_key, packet, ref.created_at, ref.nbytes)
-        return attrs.evolve(hit, snippet=make_snippet(doc.texts(), list(hit.matched_tokens)))
+        return attrs.evolve(hit, snippet=make_snippet(packet_texts(packet),
+                                                      list(hit.matched_tokens)))
 
     def stats(self) -> dict[str, Any]:
         self._sync()
