@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from eventstore import VerifyReport, private
+from eventstore import Anchor, LedgerError, VerifyReport, check_anchor, private
 
 from .options import Ctx, store_options
 
@@ -28,30 +28,73 @@ def init(ctx: Ctx) -> None:
     )
 
 
+class AnchorParam(click.ParamType):
+    """``SEQ:DIGEST`` as ``ctxledger log head`` prints it; anything else is a usage error."""
+
+    name = "SEQ:DIGEST"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, c: click.Context | None
+    ) -> Anchor:
+        if isinstance(value, Anchor):
+            return value
+        try:
+            return Anchor.parse(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, c)
+
+
 @click.command("verify")
 @store_options
-def verify(ctx: Ctx) -> None:
+@click.option(
+    "--anchor",
+    type=AnchorParam(),
+    default=None,
+    help="Also require the chain digest at SEQ to be DIGEST (from an earlier `log head`).",
+)
+def verify(ctx: Ctx, anchor: Anchor | None) -> None:
     """Check every byte of the log; exit 0 only when it is intact.
 
     Headers, checksums, the hash chain and seq continuity are all checked.
-    Read-only: a torn tail or corruption is reported, never repaired. Store
-    files that group or others can use are warned about (exit code unchanged).
+    Read-only: a torn tail or corruption is reported, never repaired. Without
+    --anchor this proves the log consistent with itself; with it, also that
+    the log up to SEQ is the one whose head was recorded. Store files that
+    group or others can use are warned about (exit code unchanged).
     """
-    report = ctx.ledger().verify()
+    led = ctx.ledger()
+    report = led.verify()
+    doc: dict[str, Any] = report.to_json()
+    why = None
+    if anchor is not None:
+        try:
+            why = check_anchor(led, anchor)
+        except LedgerError as e:  # the log cannot be read to that seq
+            why = str(e)
+        doc["ok"] = report.ok and why is None
+        doc["anchor"] = {**anchor.to_json(), "ok": why is None, "error": why}
     warnings = private.mode_warnings(ctx.store_dir)
-    ctx.emit({**report.to_json(), "warnings": warnings},
-             human=lambda _: _report_text(report, ctx))
+    doc["warnings"] = warnings
+    ctx.emit(doc, human=lambda _: _report_text(report, ctx, anchor, why))
     ctx.warn(warnings)
     if not report.ok:
-        raise click.ClickException(f"{ctx.log_dir}: {len(report.problems)} problem(s) found")
+        also = f"; anchor not confirmed: {why}" if why else ""
+        raise click.ClickException(
+            f"{ctx.log_dir}: {len(report.problems)} problem(s) found{also}"
+        )
+    if why:
+        raise click.ClickException(f"{ctx.log_dir}: anchor not confirmed: {why}")
 
 
-def _report_text(r: VerifyReport, ctx: Ctx) -> str:
+def _report_text(r: VerifyReport, ctx: Ctx, anchor: Anchor | None, why: str | None) -> str:
     counts: dict[str, Any] = {"event": r.events, "frame": r.frames, "segment": r.segments}
     summary = ", ".join(f"{v} {k}{'' if v == 1 else 's'}" for k, v in counts.items())
     summary += f", head seq {r.head_seq}"
     if r.ok:
-        return f"ok: {ctx.log_dir}: {summary}"
-    lines = [f"FAILED: {ctx.log_dir}: {len(r.problems)} problem(s); {summary}"]
-    lines += [f"  {p.segment} at byte {p.offset}: {p.error}" for p in r.problems]
+        lines = [f"ok: {ctx.log_dir}: {summary}"]
+    else:
+        lines = [f"FAILED: {ctx.log_dir}: {len(r.problems)} problem(s); {summary}"]
+        lines += [f"  {p.segment} at byte {p.offset}: {p.error}" for p in r.problems]
+    if anchor is not None:
+        lines.append(f"anchor seq {anchor.seq}: " + (f"NOT CONFIRMED: {why}" if why else
+                                                      f"digest {anchor.digest.hex()} matches"))
     return "\n".join(lines)
