@@ -61,8 +61,9 @@ def check_anchor(log: LogBackend, anchor: Anchor) -> str | None:
                 "the one anchored (cut back, or another log)")
     got = log.digest_at(anchor.seq)
     if got is None:
-        end = next(iter(log.read_batches(anchor.seq, anchor.seq))).last_seq
-        return f"seq {anchor.seq} is inside a batch; anchors are batch ends, e.g. {end}"
+        batch = next(iter(log.read_batches(anchor.seq, anchor.seq)), None)
+        end = f", e.g. {batch.last_seq}" if batch is not None else ""
+        return f"seq {anchor.seq} is inside a batch; anchors are batch ends{end}"
     if got != anchor.digest:
         return (f"the chain digest at seq {anchor.seq} is {got.hex()}, not the anchor's "
                 f"{anchor.digest.hex()}: the log up to seq {anchor.seq} is not the one anchored")
