@@ -99,7 +99,7 @@ class CheckpointDir:
 
         :meth:`load` then takes the result instead of doing the work itself. The
         point is overlap: blake3 and file reads release the GIL, so on a second
-        core the ~12 ms of checksums of a 200k store's checkpoints run while the
+        core the checksums of a big store's checkpoints run while the
         caller imports numpy. The bytes are those of each file when it was
         opened: a checkpoint that was intact then is as good a starting point
         as one read a moment later (the watermark is still checked against the
@@ -242,7 +242,7 @@ def _alive(pid: int) -> bool:
 
 def _token() -> str:
     """8 random hex digits: names temp files uniquely per writer and call."""
-    return os.urandom(4).hex()  # no `secrets` import: an OpenSSL load, ms of every start
+    return os.urandom(4).hex()  # not `secrets`: importing it loads OpenSSL on every start
 
 
 def _prefix(header: dict[str, object]) -> bytes:
