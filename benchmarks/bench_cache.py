@@ -19,7 +19,7 @@ Then, issue 3's "Benchmark":
   fresh worker process, against sqlite selecting every row and ``json.loads``-ing
   it (what refolding a table would cost);
 * checkpoint load: ``ContextStore.open(root, readonly=True)`` with a valid
-  checkpoint at head, and its parts (checkpoint file read + MAC check,
+  checkpoint at head, and its parts (checkpoint file read + checksum,
   ``CacheState.from_bytes``, ``Ledger.open``, ``digest_at(watermark)``);
 * cold ``store get``: wall time from process start to printed answer for a
   random existing key (a fresh process each time; the contenders run back to
@@ -965,7 +965,7 @@ def render(
     for v in view_names:
         lines += [
             row(
-                f"- {v}: checkpoint file read + keyed-blake3 MAC check + header",
+                f"- {v}: checkpoint file read + blake3 checksum + header",
                 lambda r, v=v: _span(r["ckload"].get(f"{v}.read_verify_ms") or [0], 2),
             ),
             row(

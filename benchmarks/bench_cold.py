@@ -23,7 +23,7 @@ untimed warm-up round):
 * a stage breakdown of ``recall`` and ``store get``: a fresh process imports
   in stages (click, attrs/cbor2/blake3, eventstore, cli.main, projections, the
   command module; each timed), then runs the real ``cli.main.main`` with
-  timers around checkpoint mapping/reading, the MAC check, numpy's import,
+  timers around checkpoint mapping/reading, the checksum, numpy's import,
   view decoding, folding the log tail, the query, snippets and the printing.
   Rows marked "bg:" ran on another thread, overlapped with the rest, and are
   not part of the sum; "exit" is the process's wall time minus the floor
@@ -244,8 +244,8 @@ def ckname(a, kw):
     return str(a[0]).rsplit("/", 1)[-1].split(".")[0]
 wrap(ck, "_mmap", lambda a, kw: f"map {ckname(a, kw)} checkpoint")
 wrap(ck, "_read", lambda a, kw: f"read {ckname(a, kw)} checkpoint")
-wrap(ck, "_decode", lambda a, kw: f"check {a[2]} checkpoint (MAC unless prefetched)")
-wrap(ck, "_mac", lambda a, kw: "bg: MAC of prefetched checkpoints (another thread)")
+wrap(ck, "_decode", lambda a, kw: f"check {a[1]} checkpoint (checksum unless prefetched)")
+wrap(ck, "_checksum", lambda a, kw: "bg: checksum of prefetched checkpoints (another thread)")
 if hasattr(ck, "_Prefetch"):
     wrap(ck._Prefetch, "result", "wait for the prefetch")
 import builtins

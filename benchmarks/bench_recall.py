@@ -359,7 +359,7 @@ if engine.startswith("ctxledger"):
     import mmap
     with open(path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    # the store's checkpoint MAC covers these bytes, so the index skips its own checksum
+    # the store's checkpoint checksum covers these bytes, so the index skips its own
     idx = RecallIndex.from_bytes(memoryview(mm), verify=False)
     if engine == "ctxledger-rank":
         run = lambda q: idx.rank(q["query"], limit=10)
@@ -601,7 +601,7 @@ whole query set in turn (a block per engine: each runs with its own data in the
 CPU caches, as a serving process would); the median of the rounds per query,
 then p50/p95 over the queries of the class. Cold = a fresh process: imports, open
 the stored index (ctxledger: `mmap` + `RecallIndex.from_bytes(verify=False)`,
-the store's checkpoint MAC covers the bytes), one query, print; bytecode is cached
+the store's checkpoint checksum covers the bytes), one query, print; bytecode is cached
 (as for an installed package), the file is in the OS page cache. During builds
 and timings the harness's own objects (all packets and docs) are frozen out of
 the cyclic GC (`gc.freeze()`), which would otherwise walk them.

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import click
 
-from eventstore import VerifyReport
+from eventstore import Anchor, LedgerError, VerifyReport, check_anchor, private
 
 from .options import Ctx, examples, store_options
 from .output import safe
@@ -23,11 +21,9 @@ def init(ctx: Ctx) -> None:
     An existing store is left as is. Only init creates a store, so a mistyped
     --root elsewhere fails instead of silently starting an empty one.
     """
-    created = not ctx.log_dir.is_dir()
-    for d in (ctx.log_dir, ctx.checkpoints_dir, ctx.artifacts_dir):
-        d.mkdir(parents=True, exist_ok=True)
-    if created:
-        _sync_dirs(ctx.store_dir, ctx.root)
+    from projections import init_store  # here: verify, in this module too, never needs it
+
+    created = init_store(ctx.root)
     said = "created store" if created else "store already exists:"
     ctx.emit(
         {"root": str(ctx.root), "store": str(ctx.store_dir), "created": created},
@@ -35,43 +31,75 @@ def init(ctx: Ctx) -> None:
     )
 
 
-def _sync_dirs(*dirs: Path) -> None:
-    """Make the new directory entries durable (best effort: not every filesystem allows it)."""
-    for d in dirs:
+class AnchorParam(click.ParamType):
+    """``SEQ:DIGEST`` as ``ctxledger log head`` prints it; anything else is a usage error."""
+
+    name = "SEQ:DIGEST"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, c: click.Context | None
+    ) -> Anchor:
+        if isinstance(value, Anchor):
+            return value
         try:
-            fd = os.open(d, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+            return Anchor.parse(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, c)
 
 
 @examples("ctxledger verify", "ctxledger verify --root ~/src/project --json")
 @click.command("verify")
 @store_options
-def verify(ctx: Ctx) -> None:
+@click.option(
+    "--anchor",
+    type=AnchorParam(),
+    default=None,
+    help="Also require the chain digest at SEQ to be DIGEST (from an earlier `log head`).",
+)
+def verify(ctx: Ctx, anchor: Anchor | None) -> None:
     """Check every byte of the log; exit 0 only when it is intact.
 
     Headers, checksums, the hash chain and seq continuity are all checked.
-    Read-only: a torn tail or corruption is reported, never repaired.
+    Read-only: a torn tail or corruption is reported, never repaired. Without
+    --anchor this proves the log consistent with itself; with it, also that
+    the log up to SEQ is the one whose head was recorded. Store files that
+    group or others can use are warned about (exit code unchanged).
     """
-    report = ctx.ledger().verify()
-    ctx.emit(report.to_json(), human=lambda _: _report_text(report, ctx))
+    led = ctx.ledger()
+    report = led.verify()
+    doc: dict[str, Any] = report.to_json()
+    why = None
+    if anchor is not None:
+        try:
+            why = check_anchor(led, anchor)
+        except LedgerError as e:  # the log cannot be read to that seq
+            why = str(e)
+        doc["ok"] = report.ok and why is None
+        doc["anchor"] = {**anchor.to_json(), "ok": why is None, "error": why}
+    warnings = private.mode_warnings(ctx.store_dir)
+    doc["warnings"] = warnings
+    ctx.emit(doc, human=lambda _: _report_text(report, ctx, anchor, why))
+    ctx.warn(warnings)
     if not report.ok:
-        raise click.ClickException(f"{ctx.log_dir}: {len(report.problems)} problem(s) found")
+        also = f"; anchor not confirmed: {why}" if why else ""
+        raise click.ClickException(
+            f"{ctx.log_dir}: {len(report.problems)} problem(s) found{also}"
+        )
+    if why:
+        raise click.ClickException(f"{ctx.log_dir}: anchor not confirmed: {why}")
 
 
-def _report_text(r: VerifyReport, ctx: Ctx) -> str:
+def _report_text(r: VerifyReport, ctx: Ctx, anchor: Anchor | None, why: str | None) -> str:
     counts: dict[str, Any] = {"event": r.events, "frame": r.frames, "segment": r.segments}
     summary = ", ".join(f"{v} {k}{'' if v == 1 else 's'}" for k, v in counts.items())
     summary += f", head seq {r.head_seq}"
     where = safe(str(ctx.log_dir))
     if r.ok:
-        return f"ok: {where}: {summary}"
-    lines = [f"FAILED: {where}: {len(r.problems)} problem(s); {summary}"]
-    lines += [f"  {safe(p.segment)} at byte {p.offset}: {safe(p.error)}" for p in r.problems]
+        lines = [f"ok: {where}: {summary}"]
+    else:
+        lines = [f"FAILED: {where}: {len(r.problems)} problem(s); {summary}"]
+        lines += [f"  {safe(p.segment)} at byte {p.offset}: {safe(p.error)}" for p in r.problems]
+    if anchor is not None:
+        lines.append(f"anchor seq {anchor.seq}: " + (f"NOT CONFIRMED: {safe(why)}" if why else
+                                                      f"digest {anchor.digest.hex()} matches"))
     return "\n".join(lines)

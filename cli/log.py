@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from eventstore import Event, LogBackend, Receipt
+from eventstore import Event, LogBackend, Receipt, head_anchor
 
 from .inputs import COUNT, INTERVAL, JSON_OBJECT, SEQ
 from .options import Ctx, examples, group_options, store_options
@@ -86,6 +86,20 @@ def _receipt_text(r: Receipt) -> str:
     if r.duplicate:
         return f"batch {safe(r.batch_id or '')} was already committed as {seqs}; nothing written"
     return f"appended {seqs} at {iso_time(r.at)}"
+
+
+@examples("ctxledger log head", "ctxledger log head --json")
+@log.command("head")
+@store_options
+def log_head(ctx: Ctx) -> None:
+    """Print the last seq and the chain digest there: an anchor to keep elsewhere.
+
+    Record it somewhere the store's writers cannot reach (a commit message, a
+    ticket); `ctxledger verify --anchor SEQ:DIGEST` later proves the log up to
+    SEQ is still the one you recorded. The head is always a batch end.
+    """
+    a = head_anchor(ctx.ledger())
+    ctx.emit(a.to_json(), human=f"seq {a.seq} digest {a.digest.hex()}")
 
 
 @examples(

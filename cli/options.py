@@ -124,6 +124,13 @@ class Ctx:
         click.echo(output.dumps(obj, compact=True))
         sys.stdout.flush()
 
+    def warn(self, warnings: Iterable[str]) -> None:
+        """For people, one ``warning: ...`` line each on stderr (``--json`` carries them
+        in its document instead); never changes the exit code."""
+        if not self.json:
+            for w in warnings:
+                click.echo(f"warning: {w}", err=True)
+
     def exit(self, code: int) -> None:
         """End the command with ``code`` after its output (e.g. 1 from a failed verify)."""
         raise click.exceptions.Exit(code)

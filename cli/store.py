@@ -119,5 +119,10 @@ def store_prune(ctx: Ctx, prune_all: bool, ttl: float | None) -> None:
 @store.command("stats")
 @store_options
 def store_stats(ctx: Ctx) -> None:
-    """Counts, ages, evictions by reason, and how each view was loaded."""
-    ctx.emit(open_store(ctx).stats())
+    """Counts, ages, evictions by reason, and how each view was loaded.
+
+    Store files that group or others can use are warned about (exit code unchanged).
+    """
+    stats = open_store(ctx).stats()
+    ctx.emit(stats if ctx.json else {k: v for k, v in stats.items() if k != "warnings"})
+    ctx.warn(stats["warnings"])

@@ -1,5 +1,6 @@
 """ctxledger's log: an append-only, checksummed, hash-chained event log."""
 
+from .anchor import Anchor, check_anchor, head_anchor
 from .backend import LogBackend
 from .errors import (
     CorruptLogError,
@@ -9,6 +10,7 @@ from .errors import (
     LedgerError,
     LedgerIOError,
     LockTimeout,
+    NotOwnerError,
     StoreNotFoundError,
     UnsupportedFormatError,
     WriterPoisonedError,
@@ -21,6 +23,7 @@ from .verify import Problem, VerifyReport
 
 __all__ = [
     "SYNC_MODES",
+    "Anchor",
     "Batch",
     "CorruptLogError",
     "Event",
@@ -33,6 +36,7 @@ __all__ = [
     "LockTimeout",
     "LogBackend",
     "MemoryLog",
+    "NotOwnerError",
     "Problem",
     "Receipt",
     "StoredEvent",
@@ -40,4 +44,6 @@ __all__ = [
     "UnsupportedFormatError",
     "VerifyReport",
     "WriterPoisonedError",
+    "check_anchor",
+    "head_anchor",
 ]

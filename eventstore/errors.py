@@ -76,6 +76,20 @@ class LedgerClosedError(LedgerError):
     """The ledger handle was closed."""
 
 
+class NotOwnerError(LedgerError):
+    """The store (or its log) belongs to another user: ctxledger will not write to it."""
+
+    def __init__(self, path: Path | str, owner_uid: int, euid: int) -> None:
+        self.path = Path(path)
+        self.owner_uid = owner_uid
+        self.euid = euid
+        super().__init__(
+            f"{self.path} belongs to uid {owner_uid}, not to this user (uid {euid}); "
+            "ctxledger does not write to a store another user owns (its owner controls "
+            "what you would read back): run as that user, or chown the store"
+        )
+
+
 class StoreNotFoundError(LedgerError):
     """No store at the given root (and the command does not create one)."""
 

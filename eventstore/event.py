@@ -143,7 +143,11 @@ def _check(event: object) -> bool:
     if type(kind) is not str or kind not in _KINDS_OK:
         if not isinstance(kind, str) or not kind:
             raise InvalidEventError("event kind must be a non-empty string")
-        if len(kind) > MAX_KIND_LEN or not KIND_RE.fullmatch(kind):
+        if len(kind) > MAX_KIND_LEN:
+            raise InvalidEventError(
+                f"event kind is {len(kind)} characters long; at most {MAX_KIND_LEN}"
+            )
+        if not KIND_RE.fullmatch(kind):
             raise InvalidEventError(
                 f"invalid event kind {kind!r}: use dotted words of letters, digits, '_' or '-'"
             )

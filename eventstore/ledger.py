@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import cbor2
 
+from . import private
 from .errors import (
     CorruptLogError,
     HeadMismatchError,
@@ -124,9 +125,10 @@ class Ledger:
                 raise StoreNotFoundError(path)
         else:
             try:
-                path.mkdir(parents=True, exist_ok=True)
+                private.make_dirs(path)
             except OSError as e:
                 raise LedgerIOError(f"cannot create {path}: {e.strerror}") from e
+            private.check_owner(path)
         led = cls(
             path,
             sync=sync,

@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from . import private
 from .errors import LedgerIOError, LockTimeout
 
 PID_FIELD = 24
@@ -24,7 +25,10 @@ class WriterLock:
         self.path = path
         self.timeout = timeout
         try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._fd = private.create_file(path, os.O_RDWR | os.O_EXCL)
+            except FileExistsError:  # the usual case: only the first writer creates it
+                self._fd = os.open(path, os.O_RDWR)
         except OSError as e:
             raise LedgerIOError(f"cannot open lock file {path}: {e.strerror}") from e
         self._pid_bytes = str(os.getpid()).encode().ljust(PID_FIELD - 1) + b"\n"

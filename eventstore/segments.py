@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 
-from . import _osio
+from . import _osio, private
 from .errors import CorruptLogError, LedgerIOError, UnsupportedFormatError
 from .frame import (
     FOOTER_SIZE,
@@ -168,7 +168,7 @@ def create_segment(
     final = log_dir / segment_name(base_seq)
     tmp = log_dir / (segment_name(base_seq) + ".tmp")
     try:
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = private.create_file(tmp, os.O_RDWR | os.O_TRUNC)
         try:
             _osio.write_all(fd, encode_segment_header(base_seq, prev_digest, roll_bytes), 0)
             if sync:
@@ -213,11 +213,7 @@ def sweep_tmp(log_dir: Path) -> list[str]:
 
 def _quarantine_dir(log_dir: Path) -> tuple[Path, bool]:
     qdir = log_dir / QUARANTINE
-    try:
-        os.mkdir(qdir)
-        return qdir, True
-    except FileExistsError:
-        return qdir, False
+    return qdir, private.make_dirs(qdir)
 
 
 def _candidates(qdir: Path, stem: str, suffix: str) -> Iterator[Path]:
@@ -234,7 +230,7 @@ def quarantine_bytes(log_dir: Path, stem: str, data: bytes) -> Path:
     qdir, created = _quarantine_dir(log_dir)
     for path in _candidates(qdir, stem, "torn"):
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = private.create_file(path, os.O_WRONLY | os.O_EXCL)
             break
         except FileExistsError:
             continue

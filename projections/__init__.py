@@ -20,6 +20,7 @@ from .store import (
     PruneResult,
     PutResult,
     UnknownKeyError,
+    init_store,
     replay,
     store_dir,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "check_packet",
     "parse_packet_json",
     "fold",
+    "init_store",
     "replay",
     "store_dir",
 ]

@@ -1,15 +1,21 @@
-"""Authenticated, atomic, disposable checkpoints: one primary and one backup per view.
+"""Checksummed, atomic, disposable checkpoints: one primary and one backup per view.
 
-File layout (``checkpoints/<name>.ckpt`` and ``<name>.ckpt.bak``)::
+File layout (``checkpoints/<name>.ckpt`` and ``<name>.ckpt.bak``), format 2::
 
-    8   magic b"CTXLCKP1"
+    8   magic b"CTXLCKP2"
     4   header length h (u32 LE)
     h   CBOR header {"name", "version", "seq", "digest", "written_at"}
     n   body (the view's own encoding)
-    32  keyed blake3 MAC of everything before it (key: checkpoints/KEY, mode 0600)
+    32  blake3 of everything before it
 
-A checkpoint is only ever a cache of the fold: any doubt (bad MAC, other
-version, a watermark this log does not have) and the caller rebuilds.
+A checkpoint is only ever a cache of the fold: any doubt (bad checksum, other
+format or version, a watermark this log does not have) and the caller rebuilds.
+The checksum catches damage; what ties a checkpoint to its log is the
+watermark ``(seq, digest)``, which the runner checks against ``digest_at``.
+Format 1 carried a keyed MAC whose key lived in this same directory: it
+stopped no one who could write the checkpoints (they could read or replace
+the key too), and a lost key forced a full rebuild. Format 1 files are
+refused like any other unusable checkpoint, and the views are rebuilt.
 
 Files are read into memory by default. ``CheckpointDir(mapped=True)`` maps them
 instead (short-lived read-only processes: the CLI's read commands); see
@@ -30,15 +36,11 @@ import attrs
 import blake3
 import cbor2
 
-from eventstore import LedgerError, LedgerIOError
+from eventstore import LedgerError, LedgerIOError, private
 
-try:  # constant-time compare without importing hmac/secrets (an OpenSSL load: ms of every start)
-    from _operator import _compare_digest
-except ImportError:  # pragma: no cover - not CPython
-    from hmac import compare_digest as _compare_digest  # type: ignore[no-redef]
-
-MAGIC = b"CTXLCKP1"
-MAC_SIZE = 32
+MAGIC = b"CTXLCKP2"
+OLD_MAGIC = b"CTXLCKP1"  # format 1: keyed MAC, key in checkpoints/KEY; refused, rebuilt
+SUM_SIZE = 32
 _LEN = struct.Struct("<I")
 
 
@@ -53,7 +55,7 @@ class Checkpoint:
 
 
 class CheckpointDir:
-    """The ``checkpoints/`` directory: key handling, reads and atomic writes."""
+    """The ``checkpoints/`` directory: checked reads and atomic writes."""
 
     def __init__(self, path: Path, *, readonly: bool, mapped: bool = False) -> None:
         self.path = path
@@ -63,58 +65,20 @@ class CheckpointDir:
         self._maps: list[tuple[Path, tuple[int, ...]]] = []
         self._prefetched: dict[str, _Prefetch] = {}
 
-    def _load_key(self, create: bool) -> bytes | None:
-        """The store's MAC key, read from ``KEY`` every time (never cached: another
-        process may have created or replaced it since). With ``create``, a missing
-        or unusable key is replaced by a new one, unless another process got there
-        first, in which case its key is used."""
-        kpath = self.path / "KEY"
-        key, state = _read_key(kpath)
-        if key is not None or not create or state == "unreadable":
-            return key
-        # a missing or garbled key makes every existing checkpoint unverifiable: start anew
-        key = _new_key()
-        tmp = self.path / f"KEY.{os.getpid()}.{_token()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, key)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            if state == "garbled":
-                os.replace(tmp, kpath)
-                return key
-            try:
-                os.link(tmp, kpath)  # fails if another process created a KEY meanwhile
-            except FileExistsError:
-                theirs, _ = _read_key(kpath)
-                if theirs is not None:
-                    return theirs
-                os.replace(tmp, kpath)
-            except OSError:  # no hard links on this file system
-                os.replace(tmp, kpath)
-            return key
-        finally:
-            tmp.unlink(missing_ok=True)
-
     def load(self, name: str, refused: list[str]) -> Iterator[Checkpoint]:
-        """Authentic checkpoints of ``name``, primary first, verified lazily.
+        """Intact checkpoints of ``name``, primary first, checked lazily.
 
         The backup is read and hashed only if the caller asks for it (the
         primary was refused). Views may keep zero-copy views of the returned
         body. Reasons for refusing a file are appended to ``refused``.
         """
-        key = self._load_key(create=False)
         pre = self._prefetched.pop(name, None)
         for suffix, source in ((".ckpt", "primary"), (".ckpt.bak", "backup")):
             path = self.path / (name + suffix)
-            mac = None
+            digest = None
             try:
                 if pre is not None and source == "primary":
-                    raw, ident, mac = pre.result()
-                    if pre.key != key:  # KEY replaced since: verify with the key of now
-                        mac = None
+                    raw, ident, digest = pre.result()
                 else:
                     raw, ident = _mmap(path) if self.mapped else (_read(path), None)
             except FileNotFoundError:
@@ -122,10 +86,7 @@ class CheckpointDir:
             except (OSError, ValueError):
                 refused.append(f"{source}: unreadable")
                 continue
-            if key is None:
-                refused.append(f"{source}: no key")
-                continue
-            ck, why = _decode(raw, key, name, source, mac)
+            ck, why = _decode(raw, name, source, digest)
             if ck is None:
                 refused.append(f"{source}: {why}")
             else:
@@ -134,21 +95,20 @@ class CheckpointDir:
                 yield ck
 
     def prefetch(self, names: list[str]) -> None:
-        """Read (or map) the primaries of ``names`` and MAC-check them on another thread.
+        """Read (or map) the primaries of ``names`` and checksum them on another thread.
 
         :meth:`load` then takes the result instead of doing the work itself. The
         point is overlap: blake3 and file reads release the GIL, so on a second
-        core the ~12 ms of MACs of a 200k store's checkpoints run while the
+        core the checksums of a big store's checkpoints run while the
         caller imports numpy. The bytes are those of each file when it was
-        opened: a checkpoint that was authentic then is as good a starting point
+        opened: a checkpoint that was intact then is as good a starting point
         as one read a moment later (the watermark is still checked against the
-        log), and a result is used only with the KEY it was checked with.
+        log).
         """
         names = [n for n in names if n not in self._prefetched]
-        key = self._load_key(create=False) if names else None
-        if key is None:
-            return  # nothing to prefetch, or nothing to verify with: load() will say so
-        jobs = [_Prefetch(self.path / (n + ".ckpt"), key, self.mapped) for n in names]
+        if not names:
+            return
+        jobs = [_Prefetch(self.path / (n + ".ckpt"), self.mapped) for n in names]
         self._prefetched.update(zip(names, jobs, strict=True))
         # one low-level thread for all: threading.Thread.start would wait until the
         # new thread runs, which takes ms when the other core is busy
@@ -214,19 +174,16 @@ class CheckpointDir:
         if self.readonly:
             return
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            key = self._load_key(create=True)
-            if key is None:
-                raise OSError(f"{self.path / 'KEY'} is unreadable")
+            private.make_dirs(self.path)
             prefix = _prefix({"name": name, "version": version, "seq": seq, "digest": digest,
                               "written_at": time.time()})
-            h = blake3.blake3(key=key)
+            h = blake3.blake3()
             h.update(prefix)
             h.update(body)
             primary = self.path / (name + ".ckpt")
             # unique per writer (process and call): concurrent writers never share one
             tmp = self.path / f"{name}.ckpt.{os.getpid()}.{_token()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = private.create_file(tmp, os.O_WRONLY | os.O_EXCL)
             try:
                 try:
                     for part in (prefix, body, h.digest()):
@@ -262,14 +219,6 @@ class CheckpointDir:
         except OSError as e:
             raise LedgerIOError(f"cannot remove checkpoint {name} {source}: {e.strerror}") from e
 
-    def remove(self, name: str) -> None:
-        for suffix in (".ckpt", ".ckpt.bak", ".ckpt.tmp"):
-            try:
-                (self.path / (name + suffix)).unlink()
-            except FileNotFoundError:
-                pass
-        self._sweep(name)
-
     def _sweep(self, name: str) -> None:
         """Delete temp files that writers which died mid-checkpoint left behind."""
         try:
@@ -291,24 +240,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _new_key() -> bytes:
-    return os.urandom(32)  # what secrets.token_bytes does, without importing secrets
-
-
 def _token() -> str:
     """8 random hex digits: names temp files uniquely per writer and call."""
-    return os.urandom(4).hex()
-
-
-def _read_key(path: Path) -> tuple[bytes | None, str]:
-    """``(key or None, "ok" | "missing" | "garbled" | "unreadable")``."""
-    try:
-        key = path.read_bytes()
-    except FileNotFoundError:
-        return None, "missing"
-    except OSError:
-        return None, "unreadable"
-    return (key, "ok") if len(key) == 32 else (None, "garbled")
+    return os.urandom(4).hex()  # not `secrets`: importing it loads OpenSSL on every start
 
 
 def _prefix(header: dict[str, object]) -> bytes:
@@ -360,7 +294,7 @@ def _mmap(path: Path) -> tuple[memoryview, tuple[int, ...]]:
 
 
 class _Prefetch:
-    """One checkpoint file read (or mapped) and its keyed MAC computed, on a worker thread.
+    """One checkpoint file read (or mapped) and its checksum computed, on a worker thread.
 
     A mapping is made right here, on the caller's thread (a fraction of a ms):
     the worker then only hashes, which releases the GIL once per file. Every
@@ -368,8 +302,8 @@ class _Prefetch:
     back from a busy importer.
     """
 
-    def __init__(self, path: Path, key: bytes, mapped: bool) -> None:
-        self.path, self.key = path, key
+    def __init__(self, path: Path, mapped: bool) -> None:
+        self.path = path
         self._raw: memoryview | None = None
         self._ident: tuple[int, ...] | None = None
         self._digest: bytes | None = None
@@ -389,7 +323,7 @@ class _Prefetch:
                 if job._error is None:
                     if job._raw is None:
                         job._raw = _read(job.path)
-                    job._digest = _mac(job._raw, job.key)
+                    job._digest = _checksum(job._raw)
             except BaseException as e:  # handed to the caller by result()
                 job._error = e
             finally:
@@ -400,7 +334,7 @@ class _Prefetch:
         self._done.release()
 
     def result(self) -> tuple[memoryview, tuple[int, ...] | None, bytes | None]:
-        """``(bytes, identity if mapped, MAC or None)``; raises what the worker raised."""
+        """``(bytes, identity if mapped, checksum or None)``; raises what the worker raised."""
         self.wait()
         if self._error is not None:
             raise self._error
@@ -408,24 +342,29 @@ class _Prefetch:
         return self._raw, self._ident, self._digest
 
 
-def _mac(raw: memoryview, key: bytes) -> bytes | None:
-    """The keyed blake3 of everything but the stored MAC (None: too short to hold one)."""
-    if len(raw) < len(MAGIC) + 4 + MAC_SIZE:
+def _checksum(raw: memoryview) -> bytes | None:
+    """blake3 of everything but the stored checksum (None: too short to hold one)."""
+    if len(raw) < len(MAGIC) + 4 + SUM_SIZE:
         return None
-    return blake3.blake3(raw[: len(raw) - MAC_SIZE], key=key).digest()
+    return blake3.blake3(raw[: len(raw) - SUM_SIZE]).digest()
 
 
 def _decode(
-    raw: memoryview, key: bytes, name: str, source: str, mac: bytes | None = None
+    raw: memoryview, name: str, source: str, digest: bytes | None = None
 ) -> tuple[Checkpoint | None, str]:
-    """Check and split one checkpoint file; ``mac``: already computed with ``key``."""
-    if len(raw) < len(MAGIC) + 4 + MAC_SIZE or bytes(raw[:8]) != MAGIC:
+    """Check and split one checkpoint file; ``digest``: its checksum, already computed."""
+    if len(raw) < len(MAGIC) + 4 + SUM_SIZE:
         return None, "not a checkpoint"
-    body_end = len(raw) - MAC_SIZE
-    if mac is None:
-        mac = blake3.blake3(raw[:body_end], key=key).digest()
-    if not _compare_digest(mac, bytes(raw[body_end:])):
-        return None, "MAC mismatch"
+    magic = bytes(raw[:8])
+    if magic == OLD_MAGIC:
+        return None, "format 1 (keyed MAC), no longer read"
+    if magic != MAGIC:
+        return None, "not a checkpoint"
+    body_end = len(raw) - SUM_SIZE
+    if digest is None:
+        digest = blake3.blake3(raw[:body_end]).digest()
+    if digest != raw[body_end:]:
+        return None, "checksum mismatch"
     (hlen,) = _LEN.unpack_from(raw, 8)
     try:
         header = cbor2.loads(bytes(raw[12 : 12 + hlen]))

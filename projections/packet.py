@@ -180,15 +180,23 @@ def packet_data(
     return data
 
 
-def verbatim_row(key: str, canonical: bytes) -> bytes:
-    """The exact bytes of the event row :func:`packet_data` makes for a plain packet
-    without metadata: a point read that finds these bytes has found that event."""
-    return encode_row([PUT, key, packet_data(canonical, 0, None)])
+def verbatim_packet(row: bytes, key: str, nbytes: int) -> memoryview | None:
+    """The packet's bytes in ``row``, if ``row`` is exactly the event row
+    :func:`packet_data` makes for a plain ``nbytes``-byte packet under ``key``
+    without metadata; else None. Whether they hash to the key is the caller's check.
 
-
-def packet_bytes_in_row(row: bytes, nbytes: int) -> bytes:
-    """Where :func:`packet_data` put the packet's bytes in its event's row: the end."""
-    return row[len(row) - nbytes :] if 0 < nbytes <= len(row) else b""
+    The row is the packet's bytes after a head that depends only on ``key`` and
+    ``nbytes``: the head is compared and the packet viewed, nothing copied (a
+    16 MiB packet is read once and hashed once, not copied and re-encoded).
+    """
+    if not 0 < nbytes < len(row):
+        return None
+    data = packet_data(b"", 0, None)
+    data["bytes"] = nbytes  # the head of the row of any nbytes-byte packet
+    head = encode_row([PUT, key, data])
+    if len(head) + nbytes != len(row) or not row.startswith(head):
+        return None
+    return memoryview(row)[len(head) :]
 
 
 def cache_key_of(canonical: bytes) -> str:

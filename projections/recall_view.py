@@ -95,7 +95,7 @@ class RecallState:
         view = memoryview(data)
         (n,) = _LEN.unpack_from(view, 0)
         meta: dict[str, Any] = cbor2.loads(bytes(view[4 : 4 + n]))
-        # the checkpoint's MAC already covers these bytes: skip the index's own checksum
+        # the checkpoint's checksum already covers these bytes: skip the index's own
         start = 4 + n + (-(4 + n) % 64)
         st = cls(RecallIndex.from_bytes(view[start:], verify=False))
         st.seq = int(meta["seq"])

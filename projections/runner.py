@@ -122,7 +122,7 @@ class Runner:
                 state = p.decode(ck.body)
                 if state.seq != ck.seq:
                     raise ValueError("body watermark disagrees with header")
-            except Exception as e:  # a garbled body that passed the MAC: still only a cache
+            except Exception as e:  # intact but undecodable (a bug, another build): a cache
                 refused.append(f"{ck.source}: body does not decode ({type(e).__name__})")
                 continue
             chosen = View(p, state, ck.source, refused, ck.seq)
@@ -261,21 +261,47 @@ class Runner:
             digest = self.ledger.digest_at(seq)
             if digest is None:  # mid-batch watermark (time travel): not checkpointable
                 continue
-            if {"primary", "backup"} <= v.stale:
-                self.ckdir.discard(v.projection.name, "backup")
             self.ckdir.write(v.projection.name, v.projection.version, seq, digest,
                              v.state.to_bytes(), rotate="primary" not in v.stale)
+            if {"primary", "backup"} <= v.stale:  # after the write: a failed one changes nothing
+                self.ckdir.discard(v.projection.name, "backup")
             v.checkpointed_seq = seq
             v.loaded_from = "primary"
             v.stale = set()
             written += 1
         return written
 
-    def reset(self, name: str) -> None:
-        """Forget a view's checkpoints and state; the next catch-up refolds it."""
-        self.ckdir.remove(name)
-        p = self.projections[name]
-        self.views[name] = View(p, p.new(), "rebuild", [], 0)
+    def refold(
+        self, names: list[str], progress: Progress | None = None, log: LogBackend | None = None
+    ) -> tuple[dict[str, State], int]:
+        """Fresh states of ``names`` folded from the whole log (``log``: another handle
+        on it), in memory only.
+
+        Nothing is touched until every fold has succeeded: a log that fails
+        closed half-way (``CorruptLogError``) leaves the views and every
+        checkpoint file as they were. Views that index in bulk do it here.
+        """
+        fresh = {n: self.projections[n].new() for n in names}
+        n = fold(self.ledger if log is None else log, list(fresh.values()), 1, None, progress)
+        for st in fresh.values():
+            settle = getattr(st, "settle", None)
+            if settle is not None:
+                settle()
+        return fresh, n
+
+    def install(self, states: dict[str, State]) -> int:
+        """Swap refolded states in and checkpoint them: each file replaced by rename.
+
+        Each new checkpoint replaces its primary atomically (temp file, fsync,
+        rename) and only then is the old backup removed, so at every moment each
+        file is either the old checkpoint or the new one. Returns how many
+        checkpoints were written (other loaded views that moved included).
+        """
+        for name, st in states.items():
+            # both old files count as refused: the new one must not rotate them into the backup
+            self.views[name] = View(self.projections[name], st, "rebuild", [], 0,
+                                    {"primary", "backup"})
+        return self.checkpoint()
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ import blake3
 import cbor2
 
 from eventstore import (
+    CorruptLogError,
     Event,
     HeadMismatchError,
     Ledger,
@@ -22,6 +23,7 @@ from eventstore import (
     LedgerIOError,
     LogBackend,
     StoreNotFoundError,
+    private,
 )
 
 from . import cache
@@ -34,9 +36,8 @@ from .packet import (
     cache_key_of,
     canonical_bytes,
     check_packet_full,
-    packet_bytes_in_row,
     packet_data,
-    verbatim_row,
+    verbatim_packet,
 )
 from .runner import Progress, Projection, Runner, State, fold, paused_gc
 from .task_api import Agent, Tasks
@@ -207,6 +208,28 @@ def store_dir(root: str | os.PathLike[str]) -> Path:
     return Path(root) / STORE_DIR
 
 
+STORE_SUBDIRS = ("log", "checkpoints", "artifacts")
+
+
+def init_store(root: str | os.PathLike[str], subdirs: tuple[str, ...] = STORE_SUBDIRS) -> bool:
+    """Create ``root/.ctxledger/`` and its ``subdirs`` where missing; True if the store is new.
+
+    Every directory made here (the root too, if missing) is 0700, whatever the
+    umask; existing ones are left as they are. A store another user owns is
+    refused (``NotOwnerError``) before anything is created in it. New
+    directory entries are synced, best effort.
+    """
+    path = store_dir(root)
+    private.check_owner(path)
+    new = not (path / subdirs[0]).is_dir()
+    try:
+        for sub in subdirs:
+            private.make_dirs(path / sub, sync=True)
+    except OSError as e:
+        raise LedgerIOError(f"cannot create {path}: {e.strerror or e}") from e
+    return new
+
+
 class ContextStore:
     """Open with :meth:`open`; close (or use as a context manager) to checkpoint.
 
@@ -269,8 +292,7 @@ class ContextStore:
             raise StoreNotFoundError(path)
         cfg = config or StoreConfig.load(path / "config.toml")
         if not readonly:
-            for sub in ("log", "checkpoints", "artifacts") if log is None else ("checkpoints",):
-                (path / sub).mkdir(parents=True, exist_ok=True)
+            init_store(rootp, STORE_SUBDIRS if log is None else ("checkpoints",))
         owned = log is None
         ledger: LogBackend = (
             Ledger.open(path / "log", readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
@@ -489,9 +511,8 @@ class ContextStore:
             raise LedgerError(
                 f"entry {ref.cache_key} points at seq {ref.seq}, which the log lacks"
             )
-        canon = packet_bytes_in_row(stored.row, ref.nbytes)
-        if (blake3.blake3(canon).digest().hex() == ref.cache_key
-                and stored.row == verbatim_row(ref.cache_key, canon)):
+        canon = verbatim_packet(stored.row, ref.cache_key, ref.nbytes)
+        if canon is not None and blake3.blake3(canon).hexdigest() == ref.cache_key:
             try:
                 return cbor2.loads(canon), None
             except Exception:
@@ -566,7 +587,7 @@ class ContextStore:
     ) -> builtins.list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md)."""
         if as_of is None:
-            # a cold process: the views' checkpoints are MAC-checked on another core
+            # a cold process: the views' checkpoints are checksummed on another core
             # while this thread imports numpy and the recall index
             self.runner.prefetch([cache.NAME, RECALL_NAME])
         from . import recall_view  # noqa: F401
@@ -594,15 +615,20 @@ class ContextStore:
         return out
 
     def _with_snippet(self, hit: RecallHit, cstate: CacheState) -> RecallHit:
-        """The index keeps no payload text; the snippet window comes from the logged body."""
-        from .recall import RecallDoc, make_snippet
+        """The index keeps no payload text; the snippet window comes from the logged body.
+
+        The body is read and authenticated whole (its content address covers all
+        of it); the snippet then reads its texts lazily and only up to its scan
+        limit, so a huge packet costs about its bytes' hash, not a walk of its text.
+        """
+        from .recall import make_snippet, packet_texts
 
         ref = cstate.get(hit.cache_key)
         if ref is None:
             return hit
         packet, _meta = self._logged_packet(ref)
-        doc = RecallDoc.from_packet(hit.cache_key, packet, ref.created_at, ref.nbytes)
-        return attrs.evolve(hit, snippet=make_snippet(doc.texts(), list(hit.matched_tokens)))
+        return attrs.evolve(hit, snippet=make_snippet(packet_texts(packet),
+                                                      list(hit.matched_tokens)))
 
     def stats(self) -> dict[str, Any]:
         self._sync()
@@ -636,6 +662,7 @@ class ContextStore:
             "checkpoint_fallbacks": sum(len(v.refused) for v in self.runner.views.values()),
             "checkpoint_error": self.runner.checkpoint_error,
             "views": views,
+            "warnings": private.mode_warnings(self.path),
         }
 
     # --- maintenance ----------------------------------------------------------------
@@ -654,22 +681,29 @@ class ContextStore:
     def rebuild(
         self, projection: str | None = None, progress: Progress | None = None
     ) -> dict[str, Any]:
-        """Drop checkpoints (of one view or all), refold from the log, checkpoint again."""
+        """Refold views (one or all) from the log in memory, then replace their checkpoints.
+
+        The new state is built first; only when the whole fold succeeded are the
+        views swapped and their checkpoints replaced by rename. A log that fails
+        closed (``CorruptLogError``) leaves every file byte for byte as it was,
+        and this store as it was: the store's own file log is refolded through
+        a read-only handle of its own, so the damage it meets does not close
+        this store's handle (a read of the damaged range still fails closed).
+        """
         self._check_writable()
         known = list(self.runner.projections)
         names = known if projection is None else [projection]
         for name in names:
             if name not in known:
                 raise ValueError(f"unknown projection {name!r} (known: {', '.join(known)})")
-            self.runner.reset(name)
         start = time.perf_counter()
-        n = self.runner.catch_up(progress)
-        for name in names:  # a view that indexes in bulk does it now, inside the clock
-            settle = getattr(self.runner.views[name].state, "settle", None)
-            if settle is not None:
-                settle()
+        if self._owns_log:
+            with Ledger.open(self.path / "log", readonly=True) as log:
+                states, n = self.runner.refold(names, progress, log)  # bulk builds timed too
+        else:
+            states, n = self.runner.refold(names, progress)
         secs = time.perf_counter() - start
-        self.runner.checkpoint()
+        self.runner.install(states)
         total = time.perf_counter() - start
         return {
             "projections": names,
@@ -687,9 +721,10 @@ class ContextStore:
             if not self.readonly:
                 try:
                     self.runner.close_checkpoint()
-                except LedgerIOError as e:
-                    # checkpoints are disposable and the log is intact: the next
-                    # open folds from the log; say why in stats, do not fail close
+                except (LedgerIOError, CorruptLogError) as e:
+                    # checkpoints are disposable: the next open folds from the log (or,
+                    # if it is damaged, fails closed there, as reads here already did);
+                    # say why in stats, do not fail close
                     self.runner.checkpoint_error = str(e)
         finally:
             self._closed = True

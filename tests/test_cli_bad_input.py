@@ -275,6 +275,13 @@ CASES = [
     case("negative", "replay", "--root", R, "--until", "@-5"),
     case("negative", "demo", "--root", R, "--packets", "-3"),
     *TASK_CASES,
+    case("types", "log head", "--root", R, "extra"),
+    case("huge", "log head", "--root", f"R/{LONG}", code=1),
+    case("control", "log head", "--root", "R/\x1b[2J", code=1),  # no store there
+    case("traversal", "log head", "--root", PASSWD),
+    case("types", "verify", "--root", R, "--anchor", "12"),  # no digest
+    case("control", "verify", "--root", R, "--anchor", "1:\x1b[2J"),
+    case("utf8", "verify", "--root", R, "--anchor", b"1:\xff"),
 ]
 
 

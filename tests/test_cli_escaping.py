@@ -89,6 +89,8 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("rebuild",), ["rebuild", *R, "--projection", HOSTILE], None),
         (("checkpoint",), ["checkpoint", *R], None),
         (("verify",), ["verify", *R], None),
+        (("verify",), ["verify", *R, "--anchor", f"1:{HOSTILE}"], None),
+        (("log", "head"), ["log", "head", *R], None),
         (("demo",), ["demo", *R, "--packets", "20", "--query", HOSTILE], None),
         (("store", "prune"), ["store", "prune", *R, "--all"], None),
         ((), ["store", HOSTILE], None),  # an unknown command is quoted back

@@ -446,7 +446,7 @@ def test_garbled_primary_falls_back_to_backup(
     expected = build(tmp_path)
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", offset)
     store = reopen_and_check(
-        tmp_path, expected, "backup", [r"primary: (MAC mismatch|not a checkpoint)"], **kw
+        tmp_path, expected, "backup", [r"primary: (checksum mismatch|not a checkpoint)"], **kw
     )
     store.close()
 
@@ -472,7 +472,7 @@ def test_both_garbled_rebuilds_from_the_log(tmp_path: Path, kw: dict[str, Any]) 
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 50)
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt.bak", -3)
     store = reopen_and_check(
-        tmp_path, expected, "rebuild", ["primary: MAC", "backup: MAC"], **kw
+        tmp_path, expected, "rebuild", ["primary: checksum", "backup: checksum"], **kw
     )
     store.close()
     if kw:
@@ -495,23 +495,36 @@ def test_a_refused_primary_never_becomes_the_backup(tmp_path: Path) -> None:
     assert (ckpt_dir(tmp_path) / "cache.ckpt.bak").read_bytes() == good_backup
     reopen_and_check(tmp_path, expected, "primary", []).close()
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 50)  # again: the backup still serves
-    reopen_and_check(tmp_path, expected, "backup", ["primary: MAC mismatch"]).close()
+    reopen_and_check(tmp_path, expected, "backup", ["primary: checksum mismatch"]).close()
 
 
 def test_an_unchanged_view_heals_its_refused_primary_on_close(tmp_path: Path) -> None:
     expected = build(tmp_path)
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 50)
-    reopen_and_check(tmp_path, expected, "backup", ["primary: MAC mismatch"]).close()
+    reopen_and_check(tmp_path, expected, "backup", ["primary: checksum mismatch"]).close()
     reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
-def test_garbled_key_rebuilds(tmp_path: Path) -> None:
+def _as_format_1(path: Path, key: bytes) -> None:
+    """Rewrite a checkpoint as format 1 wrote it: magic CTXLCKP1, a MAC keyed with ``key``."""
+    import blake3
+
+    raw = path.read_bytes()
+    signed = b"CTXLCKP1" + raw[8:-32]
+    path.write_bytes(signed + blake3.blake3(signed, key=key).digest())
+
+
+def test_format_1_checkpoints_with_a_mac_are_rebuilt(tmp_path: Path) -> None:
+    """Format 1 (keyed MAC, key beside the checkpoints) is no longer read: refused and
+    rebuilt from the log, as checkpoints are disposable; the writer then writes format 2."""
     expected = build(tmp_path)
-    (ckpt_dir(tmp_path) / "KEY").write_bytes(b"short")
-    reopen_and_check(tmp_path, expected, "rebuild", ["primary: no key", "backup: no key"]).close()
-    # a writer replaced the unusable key (mode 0600) and checkpointed with it
-    assert len((ckpt_dir(tmp_path) / "KEY").read_bytes()) == 32
-    assert (ckpt_dir(tmp_path) / "KEY").stat().st_mode & 0o777 == 0o600
+    key = os.urandom(32)
+    (ckpt_dir(tmp_path) / "KEY").write_bytes(key)  # what a format 1 store held
+    for name in ("cache.ckpt", "cache.ckpt.bak"):
+        _as_format_1(ckpt_dir(tmp_path) / name, key)
+    why = r"format 1 \(keyed MAC\), no longer read"
+    reopen_and_check(tmp_path, expected, "rebuild", [f"primary: {why}", f"backup: {why}"]).close()
+    assert (ckpt_dir(tmp_path) / "cache.ckpt").read_bytes()[:8] == b"CTXLCKP2"
     reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
@@ -520,18 +533,22 @@ def test_checkpoint_copied_from_another_store_is_refused(tmp_path: Path) -> None
     expected = build(a, tag="a")
     build(b, tag="b")  # same seqs, different events: digests differ
     shutil.rmtree(ckpt_dir(a))
-    shutil.copytree(ckpt_dir(b), ckpt_dir(a))  # key and all: the MAC checks out
+    shutil.copytree(ckpt_dir(b), ckpt_dir(a))  # intact files: only the watermark tells
     store = reopen_and_check(a, expected, "rebuild", ["primary: watermark", "backup: watermark"])
     assert store.get(store.list()[0].cache_key) is not None
     store.close()
 
 
-def test_checkpoint_copied_without_its_key_is_refused(tmp_path: Path) -> None:
+def test_one_checkpoint_copied_from_another_log_is_refused(tmp_path: Path) -> None:
+    """An intact checkpoint of another log (same seqs, other events): its checksum is
+    fine, its watermark digest is not this log's, so the backup serves."""
     a, b = tmp_path / "a", tmp_path / "b"
     expected = build(a, tag="a")
     build(b, tag="b")
     shutil.copy(ckpt_dir(b) / "cache.ckpt", ckpt_dir(a) / "cache.ckpt")
-    reopen_and_check(a, expected, "backup", ["primary: MAC mismatch"]).close()
+    reopen_and_check(
+        a, expected, "backup", [r"primary: watermark seq \d+ is not in this log"]
+    ).close()
 
 
 def test_checkpoint_from_a_longer_log_is_refused(tmp_path: Path) -> None:
@@ -736,17 +753,11 @@ def test_prefetched_checkpoints_load_as_read_ones(tmp_path: Path, mapped: bool) 
     flip_byte(ckpt_dir(tmp_path) / "cache.ckpt", 40)
     ckd.prefetch(["cache"])
     got, refused = _loaded(ckd, "cache")
-    assert got == want[0][1:] and refused == ["primary: MAC mismatch"]
+    assert got == want[0][1:] and refused == ["primary: checksum mismatch"]
     # a missing primary
     (ckpt_dir(tmp_path) / "cache.ckpt").unlink()
     ckd.prefetch(["cache"])
     assert _loaded(ckd, "cache") == (want[0][1:], [])
-    # the KEY replaced between prefetch and load: checked with the key of now
-    build(tmp_path / "b")
-    ckd = CheckpointDir(ckpt_dir(tmp_path / "b"), readonly=True, mapped=mapped)
-    ckd.prefetch(["cache"])
-    (ckpt_dir(tmp_path / "b") / "KEY").write_bytes(b"k" * 32)
-    assert _loaded(ckd, "cache") == ([], ["primary: MAC mismatch", "backup: MAC mismatch"])
 
 
 def test_an_uncollected_prefetch_ends_with_its_store(tmp_path: Path) -> None:
@@ -764,11 +775,14 @@ def test_an_uncollected_prefetch_ends_with_its_store(tmp_path: Path) -> None:
         assert store.runner.ckdir._prefetched == {}
 
 
-def test_prefetch_of_a_store_without_checkpoints_or_key_does_nothing(tmp_path: Path) -> None:
-    ckd = CheckpointDir(ckpt_dir(tmp_path), readonly=True, mapped=True)
-    ckd.prefetch(["cache"])  # no directory, no KEY: nothing to verify with
-    assert ckd._prefetched == {}
+@pytest.mark.parametrize("mapped", [False, True], ids=["read", "mapped"])
+def test_prefetch_of_a_store_without_checkpoints_finds_nothing(
+    tmp_path: Path, mapped: bool
+) -> None:
+    ckd = CheckpointDir(ckpt_dir(tmp_path), readonly=True, mapped=mapped)
+    ckd.prefetch(["cache"])  # no directory: nothing to load, nothing refused
     assert _loaded(ckd, "cache") == ([], [])
+    ckd.close()
 
 
 def test_deleted_checkpoints_rebuild_quietly(tmp_path: Path) -> None:
@@ -781,23 +795,8 @@ def test_deleted_checkpoints_rebuild_quietly(tmp_path: Path) -> None:
     assert (ckpt_dir(tmp_path) / "cache.ckpt").exists()
 
 
-def test_key_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
-    old = os.umask(0)
-    try:
-        with open_store(tmp_path) as store:
-            store.put({"target": "t"})
-            store.checkpoint()
-    finally:
-        os.umask(old)
-    key = ckpt_dir(tmp_path) / "KEY"
-    assert key.stat().st_mode & 0o777 == 0o600
-    assert len(key.read_bytes()) == 32
-    for f in ckpt_dir(tmp_path).glob("cache.ckpt*"):
-        assert f.stat().st_mode & 0o077 == 0, f
-
-
 def test_checkpoint_dir_deleted_while_a_store_is_open(tmp_path: Path) -> None:
-    """The next checkpoint must be verifiable with the KEY on disk, not one held in memory."""
+    """The next checkpoint recreates the directory and is loadable by a fresh process."""
     expected = build(tmp_path)
     with open_store(tmp_path) as store:
         assert view_state(store).snapshot() == expected
@@ -805,45 +804,6 @@ def test_checkpoint_dir_deleted_while_a_store_is_open(tmp_path: Path) -> None:
         store.put({"target": "t", "summary": "after the rm"})
         expected = view_state(store).snapshot()
     reopen_and_check(tmp_path, expected, "primary", []).close()
-
-
-def test_key_replaced_while_a_store_is_open(tmp_path: Path) -> None:
-    expected = build(tmp_path)
-    with open_store(tmp_path) as store:
-        assert view_state(store).snapshot() == expected
-        (ckpt_dir(tmp_path) / "KEY").write_bytes(os.urandom(32))  # e.g. another store's KEY
-        store.put({"target": "t", "summary": "after the new key"})
-        expected = view_state(store).snapshot()
-    reopen_and_check(tmp_path, expected, "primary", []).close()
-
-
-def test_two_writers_creating_the_key_agree_on_it(tmp_path: Path, monkeypatch: Any) -> None:
-    """Two processes checkpointing a fresh store at once: one KEY, used by both."""
-    import projections.checkpoints as ck_mod
-
-    cdir = ckpt_dir(tmp_path)
-    cdir.mkdir(parents=True)
-    a = CheckpointDir(cdir, readonly=False)
-    b = CheckpointDir(cdir, readonly=False)
-    real = ck_mod._new_key
-    raced: list[bool] = []
-
-    def new_key() -> bytes:
-        if not raced:  # b found no KEY; a creates one before b writes its own
-            raced.append(True)
-            a.write("v", 1, 0, b"\0" * 32, b"a")
-        return real()
-
-    monkeypatch.setattr(ck_mod, "_new_key", new_key)
-    b.write("w", 1, 0, b"\0" * 32, b"b")
-    monkeypatch.setattr(ck_mod, "_new_key", real)
-    a.write("v", 1, 0, b"\0" * 32, b"a2")
-    fresh = CheckpointDir(cdir, readonly=True)
-    for name in ("v", "w"):
-        refused: list[str] = []
-        assert [c.body for c in fresh.load(name, refused)][:1] == [b"a2" if name == "v" else b"b"]
-        assert refused == []
-    assert not list(cdir.glob("*.tmp"))
 
 
 def test_temp_files_of_dead_writers_are_swept(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from eventstore import Event, Ledger, LedgerError, MemoryLog
 from eventstore.event import build_event
 from eventstore.frame import FOOTER_SIZE, FRAME_HEADER, FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from projections import ContextStore, cache_key_of, canonical_bytes
-from projections.packet import encode_packet, packet_bytes_in_row, packet_data
+from projections.packet import encode_packet, packet_data, verbatim_packet
 from projections.store import store_dir
 
 _keys = st.text(alphabet="abcé_z\u4e00", min_size=0, max_size=6)
@@ -88,7 +88,11 @@ def test_packet_bytes_stand_verbatim_at_the_end_of_the_row(packet: dict[str, Any
             stored = log.read_raw(1)
             assert stored is not None
             if depth >= 0:  # plain JSON: stored verbatim, last in the row
-                assert packet_bytes_in_row(stored.row, len(canon)) == canon
+                assert stored.row.endswith(canon)
+                # exactly the row a point read authenticates (only without metadata)
+                got = verbatim_packet(stored.row, cache_key_of(canon), len(canon))
+                assert (got if got is None else bytes(got)) == (canon if meta is None else None)
+                assert verbatim_packet(stored.row, "0" * 64, len(canon)) is None
             assert stored.event().data["packet"] == body
 
 

@@ -114,8 +114,8 @@ class StoreMachine(RuleBasedStateMachine):
         for reason in view["fallback_reasons"]:
             assert reason.startswith(
                 (
-                    "primary: MAC mismatch",
-                    "backup: MAC mismatch",
+                    "primary: checksum mismatch",
+                    "backup: checksum mismatch",
                     "primary: not a checkpoint",
                     "backup: not a checkpoint",
                 )
@@ -351,7 +351,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(whole_dir=st.booleans())
     def delete_checkpoints(self, whole_dir: bool) -> None:
-        if whole_dir:  # KEY included, while the store is open
+        if whole_dir:  # the directory itself, while the store is open
             shutil.rmtree(self.cdir, ignore_errors=True)
         else:
             for name in ("cache.ckpt", "cache.ckpt.bak"):

@@ -7,21 +7,24 @@ See docs/recall.md for the semantics and docs/architecture.md for the layout.
 
 from __future__ import annotations
 
-from .index import BOOSTS, K1, SCOPES, B, RecallIndex
+from .index import BOOSTS, K1, MAX_QUERY_CHARS, MAX_QUERY_TERMS, SCOPES, B, RecallIndex
 from .snippet import make_snippet
 from .tokenize import tokenize
-from .types import RecallDoc, RecallHit, est_tokens, payload_strings
+from .types import RecallDoc, RecallHit, est_tokens, packet_texts, payload_strings
 
 __all__ = [
     "B",
     "BOOSTS",
     "K1",
+    "MAX_QUERY_CHARS",
+    "MAX_QUERY_TERMS",
     "SCOPES",
     "RecallDoc",
     "RecallHit",
     "RecallIndex",
     "est_tokens",
     "make_snippet",
+    "packet_texts",
     "payload_strings",
     "tokenize",
 ]

@@ -57,6 +57,10 @@ BOOSTS = {
 }
 
 SCOPES = ("global", "task-first", "task-only")
+# Bounded work per request (failure rule 8): a query's terms are resolved and scored
+# one by one, so the work a query does is bounded by these, not by what a caller sends.
+MAX_QUERY_CHARS = 4096
+MAX_QUERY_TERMS = 64  # distinct tokens after tokenizing (an identifier counts with its parts)
 _TRIM = "\"'`()[]{}<>,;!?"
 _SEPS = frozenset(".:#")
 _IDENT_SHAPED = re.compile(r"_|[a-z][A-Z]|[A-Za-z][0-9]|[0-9][A-Za-z]|\.")
@@ -1749,12 +1753,16 @@ class RecallIndex:
             limit = 8
         if not isinstance(limit, int) or limit < 0:
             raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
+        if query and len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"query is {len(query)} characters long; at most {MAX_QUERY_CHARS}")
         if scope != "global" and not task_id:
             raise ValueError(f"scope {scope} needs a task id")
         packet_types = tuple(packet_types) if packet_types else ()
         path_filters = tuple(p for p in path_filters if p) if path_filters else ()
         symbol_filters = tuple(s for s in symbol_filters if s) if symbol_filters else ()
         qtoks = list(dict.fromkeys(tokenize(query))) if query else []
+        if len(qtoks) > MAX_QUERY_TERMS:
+            raise ValueError(f"query has {len(qtoks)} distinct terms; at most {MAX_QUERY_TERMS}")
         has_filter = bool(since is not None or until is not None or target is not None
                           or packet_types or path_filters or symbol_filters
                           or (task_id and scope != "global"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -29,13 +29,46 @@ def _str_tuple(value: Any) -> tuple[str, ...]:
 
 
 def payload_strings(payload: Any) -> Iterator[str]:
-    """Every string value inside ``payload``, depth first, in document order.
+    """Every string value inside ``payload``, depth first, in document order, lazily.
 
-    Mapping keys are structure, not text: only values are collected.
+    Mapping keys are structure, not text: only values are collected. Lazy in
+    every direction (a stack of iterators, no recursion limit), so a reader that
+    stops early (a snippet) pays for what it read, not for the payload; the
+    plain twin of :func:`_collect`, the bulk walk indexing uses (a test holds
+    them equal).
     """
-    out: list[str] = []
-    _collect(payload, out)
-    return iter(out)
+    stack: list[Iterator[Any]] = [iter((payload,))]
+    while stack:
+        for x in stack[-1]:
+            if isinstance(x, str):
+                yield x
+            elif isinstance(x, dict):
+                stack.append(iter(x.values()))
+                break
+            elif isinstance(x, (list, tuple)):
+                stack.append(iter(x))
+                break
+        else:
+            stack.pop()
+
+
+def packet_texts(packet: Mapping[str, Any]) -> Iterator[str]:
+    """``RecallDoc.from_packet(..., packet, ...).texts()``, lazily (a test holds them equal).
+
+    What a snippet reads from a logged body: it stops once it has read enough,
+    so a huge packet costs what a small one does.
+    """
+    summary = packet.get("summary")
+    yield summary if isinstance(summary, str) else ""
+    for name in ("paths", "symbols", "tests"):
+        value = packet.get(name)
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                if isinstance(v, str):
+                    yield v
+    yield from payload_strings(packet.get("payload"))
 
 
 def _collect(item: Any, out: list[str]) -> None:
