@@ -63,7 +63,7 @@ if str(REPO) not in sys.path:  # run from a checkout without installing
 BATCH = 1_000
 SEED = 0
 DEFAULT_SIZES = (5_000, 50_000, 200_000)
-from docsection import cpu_model, write_section  # noqa: E402  (a sibling module)
+from docsection import cpu_model, log, write_section  # noqa: E402  (a sibling module)
 
 DOC = REPO / "docs" / "benchmarks.md"
 MB = 1024 * 1024
@@ -81,10 +81,6 @@ GOALS = {"rebuild_eps": 80_000, "cold_get_ms": 150.0, "mem_mb": 100.0}
 GOAL_SIZE = 200_000  # the cold-get and memory goals are stated at 200k entries
 
 ENV = dict(os.environ)
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # --- the packets --------------------------------------------------------------------

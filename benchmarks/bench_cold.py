@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
-from benchmarks.docsection import DOC, cpu_model, write_section  # noqa: E402
+from benchmarks.docsection import DOC, cpu_model, log, write_section  # noqa: E402
 
 SEED = 0
 BATCH = 1_000
@@ -67,10 +67,6 @@ QUERIES = (
     "JSONDecoder",  # symbol
     "stdlib",  # in every packet
 )
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # --- the store ----------------------------------------------------------------------

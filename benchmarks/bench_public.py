@@ -82,7 +82,7 @@ for _p in (str(REPO), str(BENCH)):  # run from a checkout without installing
         sys.path.insert(0, _p)
 
 import bench_recall  # noqa: E402  (a sibling module: the seeded query mix)
-from docsection import cpu_model, write_section  # noqa: E402
+from docsection import cpu_model, loadavg, log, write_section  # noqa: E402
 
 from projections import ContextStore  # noqa: E402
 from projections.corpus import stdlib_packets  # noqa: E402
@@ -110,17 +110,6 @@ FTS_SQL_TASK = FTS_SELECT + " ORDER BY instr(tasks, ?) = 0, bm25(fts) LIMIT 8"
 
 Packet = dict[str, Any]
 Row = tuple[str, str, str, str, str]  # key, JSON body, indexed text, target, " task ids "
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def loadavg() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 def pct(xs: Iterable[float], p: float) -> float:

@@ -57,6 +57,7 @@ sys.path.insert(0, ROOT)
 
 import blake3  # noqa: E402
 
+from benchmarks.docsection import loadavg  # noqa: E402
 from projections.corpus import stdlib_packets  # noqa: E402
 from projections.recall import RecallDoc, RecallIndex, tokenize  # noqa: E402
 
@@ -426,13 +427,6 @@ def quality(results: list[str], source: str | None) -> tuple[float, float] | Non
         r = results.index(source)
         return 1.0 / math.log2(r + 2), 1.0
     return 0.0, 0.0
-
-
-def loadavg() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 def run_size(packets: list[dict[str, Any]], size: int, nq: int, seed: int, workdir: str,

@@ -62,24 +62,13 @@ for _p in (str(REPO), str(BENCH)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from docsection import cpu_model, write_section  # noqa: E402
+from docsection import cpu_model, loadavg, log, write_section  # noqa: E402
 
 from projections import ContextStore  # noqa: E402
 from projections.config import StoreConfig  # noqa: E402
 from projections.tasks import NOTE_TYPES  # noqa: E402
 
 SEED = 11
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def loadavg() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 # --- the workload: one agent's task, event by event ----------------------------------------

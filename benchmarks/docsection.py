@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -46,3 +47,16 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def log(msg: str) -> None:
+    """Progress for the person running a benchmark: stderr, so stdout stays the report."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def loadavg() -> float:
+    """The 1-minute load average (NaN where the OS has none): printed beside every run."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
