@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from projections.task_api import TaskEvent, TaskInfo
-from projections.tasks import NOTE_TYPES, STATES, STATUS_NAMES, TaskState
+from projections.tasks import NOTE_TYPES, STATES, STATUS_NAMES, TaskState, valid_id
 
 from .inputs import INTERVAL, JSON_OBJECT, SEQ_OR_TIME, FiniteFloat
 from .log import follow_log
@@ -193,10 +193,10 @@ def task_show(ctx: Ctx, task_id: str, as_of: int | float | None) -> None:
     """A task's state and working record (open questions, decisions, files touched)."""
     st = open_store(ctx)
     with usage_errors(), naming("--as-of"):
-        info = st.tasks.get(task_id, as_of=as_of)
-        record = st.tasks.record(task_id, as_of=as_of)
-    if info is None or record is None:
+        shown = st.tasks.show(task_id, as_of=as_of)
+    if shown is None:
         raise click.ClickException(f"no task with id {safe(task_id)}")
+    info, record = shown
     ctx.emit({"task": info.to_json(), "record": record.to_json()},
              human=lambda d: _show_text(d))
 
@@ -285,10 +285,12 @@ def task_watch(ctx: Ctx, task_id: str | None, interval: float) -> None:
     Each line says the event and the task's state after it. With --json the
     output is JSON lines, one object per event.
     """
+    if task_id is not None and not valid_id(task_id):
+        raise click.BadParameter(f"{task_id!r} is not a task id", param_hint="'ID'")
     st = open_store(ctx)
     state = st.runner.state("tasks")
     assert isinstance(state, TaskState)
-    for ev in follow_log(st.ledger, st.ledger.head, interval):
+    for ev in follow_log(st.ledger, state.seq, interval):  # from where the view stands
         state.apply(ev)
         if not ev.kind.startswith("task.") or (task_id is not None and ev.key != task_id):
             continue

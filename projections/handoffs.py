@@ -21,7 +21,7 @@ from eventstore import Event
 from .tasks import valid_id
 
 NAME = "handoffs"
-VERSION = 1
+VERSION = 2  # 2: a consume naming a bootstrap is skipped
 
 BOOTSTRAP = "agent.bootstrap"
 HANDOFF = "agent.handoff"
@@ -91,7 +91,7 @@ class HandoffState:
         assert isinstance(hid, str)
         if kind == CONSUMED:
             rec = self.records.get(hid)
-            if rec is None:
+            if rec is None or rec.kind != "handoff":  # only handoffs are taken up
                 self.skipped_bad += 1
                 return
             rec.consumed.append([event.seq, event.at, data.get("by")])

@@ -195,9 +195,11 @@ class Runner:
     def close_checkpoint(self) -> int:
         """At the end of a writing session: checkpoint what moved, and any view left behind.
 
-        A view this process never loaded is loaded and checkpointed when its
-        checkpoint lags the log by ``close_lag`` events or more, so readers (who
-        never write checkpoints) never fold a long tail.
+        A view whose checkpoint lags the log by ``close_lag`` events or more is
+        checkpointed (loaded first if this process never loaded it), so readers
+        (who never write checkpoints) never fold a long tail; one that lags
+        less is left for a later writer: a command that appended a few events
+        to a large store does not rewrite megabytes of checkpoints for them.
         """
         head = self.ledger.head
         for name in self.projections:
@@ -206,7 +208,7 @@ class Runner:
                 if head and (seq is None or head - seq >= self.close_lag):
                     self.view(name)
         self.catch_up()
-        return self.checkpoint()
+        return self.checkpoint(min_lag=self.close_lag)
 
     def maybe_checkpoint(self, head: int) -> None:
         """Debounce: checkpoint once ``every_events`` events or ``every_seconds`` piled up.
@@ -238,22 +240,25 @@ class Runner:
                 self.checkpoint_error = str(e)
                 self._last_ckpt = time.monotonic()
 
-    def checkpoint(self, force: bool = False) -> int:
-        """Write every view whose watermark moved (``force``: every view); returns how many."""
+    def checkpoint(self, force: bool = False, min_lag: int = 0) -> int:
+        """Write every view whose watermark moved (``force``: every view); returns how many.
+
+        ``min_lag``: skip a view whose usable checkpoint is fewer events behind than this.
+        """
         started = time.monotonic()
         with paused_gc():
-            written = self._write_checkpoints(force)
+            written = self._write_checkpoints(force, min_lag)
         self._last_ckpt = time.monotonic()
         self._ckpt_seconds = self._last_ckpt - started
         self._pending_bytes = 0
         self.checkpoint_error = None
         return written
 
-    def _write_checkpoints(self, force: bool) -> int:
+    def _write_checkpoints(self, force: bool, min_lag: int = 0) -> int:
         written = 0
         for v in self.views.values():
             seq = v.state.seq
-            if (not force and seq == v.checkpointed_seq
+            if (not force and seq - v.checkpointed_seq < max(min_lag, 1)
                     and v.loaded_from in ("primary", "backup") and not v.stale):
                 continue
             if not force and seq == 0 and v.loaded_from == "empty":

@@ -96,7 +96,7 @@ class TaskInfo:
             dict(t.quarantine) if t.quarantine is not None else None, t.cancel_requested,
             t.created_at, t.started_at, t.ended_at, t.updated_at, t.last_seq, t.n_events,
             t.n_held, dict(t.notes),
-            dict(t.progress) if t.progress is not None else None, t.reason, t.result,
+            dict(t.progress) if t.progress is not None else None, t.reason, _copy(t.result),
             t.releases,
         )
 
@@ -125,7 +125,7 @@ class WorkingRecord:
     @classmethod
     def of(cls, task_id: str, d: T.TaskDetail) -> WorkingRecord:
         def kept(typ: str) -> tuple[dict[str, Any], ...]:
-            return tuple(dict(n) for n in d.kept.get(typ, ()))
+            return tuple({**n, "data": _copy(n["data"])} for n in d.kept.get(typ, ()))
 
         qs = kept("question")
         return cls(task_id, tuple(q for q in qs if "resolved_by" not in q), qs,
@@ -167,7 +167,7 @@ class Handoff:
 
     @classmethod
     def of(cls, r: H.HandoffRecord) -> Handoff:
-        return cls(r.id, r.kind, r.task_id, r.seq, r.at, r.payload, r.superseded_by,
+        return cls(r.id, r.kind, r.task_id, r.seq, r.at, _copy(r.payload), r.superseded_by,
                    len(r.consumed),
                    tuple({"seq": s, "at": a, "by": b} for s, a, b in r.consumed))
 
@@ -178,6 +178,13 @@ class Handoff:
 
 
 # --- shared ---------------------------------------------------------------------------
+
+
+def _copy(value: Any) -> Any:
+    """A private copy of a JSON value the view holds: what a reader changes stays theirs."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    return cbor2.loads(cbor2.dumps(value))
 
 
 def plain(value: Any) -> Any:
@@ -212,9 +219,10 @@ def plain(value: Any) -> Any:
     return cbor2.loads(cbor2.dumps(value))
 
 
-#: Seqs closer than this are read by one range read (the events between decoded and
-#: dropped) rather than one read each: a task's events usually come in runs.
-READ_GAP = 64
+#: Seqs at most this far apart are read by one range read: consecutive seqs (a task's
+#: events written one after another) come in one read, and nothing between two of a
+#: task's events is ever read (that could be other writers' megabytes of packets).
+READ_GAP = 1
 
 
 def read_seqs(log: LogBackend, seqs: Iterable[int]) -> dict[int, Event]:
@@ -279,6 +287,8 @@ class Tasks(_Writer):
         id: str | None = None,
     ) -> TaskInfo:
         """A new task in state ``created``; its id is generated unless given."""
+        if isinstance(labels, str):
+            raise ValueError("labels must be a list of strings, not one string")
         data: dict[str, Any] = {"title": title, "labels": list(labels)}
         if parent is not None:
             data["parent"] = parent
@@ -288,7 +298,7 @@ class Tasks(_Writer):
         chosen = [id]
 
         def decide(st: T.TaskState) -> list[Event]:
-            if parent is not None and parent not in st.tasks:
+            if parent is not None and _unknown(st, parent):
                 raise UnknownTaskError(parent, "parent task")
             if chosen[0] is None or (id is None and chosen[0] in st.tasks):
                 chosen[0] = new_id("t-", self._store.clock)
@@ -385,6 +395,17 @@ class Tasks(_Writer):
         st = self._state(as_of)
         return None if task_id not in st.tasks else WorkingRecord.of(task_id, st.detail(task_id))
 
+    def show(
+        self, task_id: str, as_of: int | float | None = None
+    ) -> tuple[TaskInfo, WorkingRecord] | None:
+        """:meth:`get` and :meth:`record` from one state of the view (one head)."""
+        _check_id(task_id)
+        st = self._state(as_of)
+        t = st.tasks.get(task_id)
+        if t is None:
+            return None
+        return TaskInfo.of(t), WorkingRecord.of(task_id, st.detail(task_id))
+
     def list(
         self,
         state: str | None = None,
@@ -468,7 +489,7 @@ class Agent(_Writer):
             if task_id is not None:  # the task must exist (the registry, at this head)
                 tasks = self._store.runner.state(T.NAME)
                 assert isinstance(tasks, T.TaskState)
-                if task_id not in tasks.tasks:
+                if _unknown(tasks, task_id):
                     raise UnknownTaskError(task_id)
             hid[0] = new_id("h-", self._store.clock)
             while hid[0] in st.records:
@@ -535,6 +556,12 @@ def _check_id(task_id: object) -> None:
         shown = repr(task_id) if len(repr(task_id)) <= 60 else repr(task_id)[:57] + "..."
         raise ValueError(f"{shown} is not an id (1-128 of A-Z a-z 0-9 . _ : -, "
                          "starting with a letter or digit)")
+
+
+def _unknown(st: T.TaskState, task_id: str) -> bool:
+    """Never created (an id only a stray event named has a registry entry, ``unknown``)."""
+    t = st.tasks.get(task_id)
+    return t is None or t.state == "unknown"
 
 
 def _check_optional_id(task_id: object) -> None:

@@ -25,7 +25,7 @@ import cbor2
 from eventstore import Event
 
 NAME = "tasks"
-VERSION = 1
+VERSION = 2  # 2: a note's "resolves" is checked (a bad one quarantines)
 
 PREFIX = "task."
 CREATED = "task.created"
@@ -91,6 +91,10 @@ def data_error(kind: str, data: Any) -> str | None:
             return f"note type must be one of {', '.join(NOTE_TYPES)}"
         if t in FILE_NOTES and not note_paths(data.get("data")):
             return f"a {t} note needs data with \"path\" (a string) or \"paths\" (strings)"
+        body = data.get("data")
+        if isinstance(body, Mapping) and "resolves" in body \
+                and resolved_seqs(body["resolves"]) is None:
+            return "\"resolves\" must be a seq (a positive integer) or a list of seqs"
     elif kind == PROGRESS:
         msg, frac = data.get("message"), data.get("fraction")
         if msg is not None and not _is_short_str(msg, MAX_REASON):
@@ -105,6 +109,14 @@ def data_error(kind: str, data: Any) -> str | None:
         if r is not None and not _is_short_str(r, MAX_REASON):
             return "reason must be a non-empty string"
     return None
+
+
+def resolved_seqs(value: Any) -> set[int] | None:
+    """The seqs a note's ``resolves`` names, or None when it is not a seq or a list of them."""
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(type(v) is int and v > 0 for v in items):
+        return None
+    return set(items)
 
 
 def note_paths(data: Any) -> list[str]:
@@ -127,18 +139,20 @@ def violation(task: TaskRecord | None, kind: str, data: Any) -> str | None:
     """
     if kind not in KINDS:
         return f"unknown task event {kind}"
+    bad = data_error(kind, data)
     if task is not None and task.quarantine is not None:
-        return None if kind == RELEASED else "the task is quarantined"
+        if kind == RELEASED and bad is None:
+            return None
+        return "the task is quarantined"
+    state = "unknown" if task is None else task.state
+    if kind != CREATED and state == "unknown":
+        return "unknown task"
     if kind == RELEASED:
         return "the task is not quarantined"
-    bad = data_error(kind, data)
     if bad is not None:
         return f"malformed {kind}: {bad}"
-    state = "unknown" if task is None else task.state
     if kind == CREATED:
         return None if state == "unknown" else "duplicate create"
-    if state == "unknown":
-        return "unknown task"
     if state in TERMINAL:
         return f"the task is already {state}"
     if kind == STARTED:
@@ -200,20 +214,21 @@ class TaskState:
     A checkpoint decodes every registry row but leaves each task's detail as
     its own CBOR bytes until it is asked for (or an event touches it): a cold
     ``task list`` never pays for ten thousand histories, and a checkpoint
-    re-encodes only the details that changed.
+    re-encodes only the details events changed since the last one.
     """
 
     def __init__(self) -> None:
         self.seq = 0
         self.tasks: dict[str, TaskRecord] = {}
-        self._details: dict[str, TaskDetail] = {}
-        self._raw: dict[str, bytes] = {}  # details not decoded since the checkpoint
+        self._details: dict[str, TaskDetail] = {}  # decoded (to read, or changed)
+        self._raw: dict[str, bytes] = {}  # every detail's bytes as of the last encoding
+        self._dirty: set[str] = set()  # details changed since their bytes were made
         self.skipped_bad = 0  # task events whose key is not a task id
 
     def detail(self, tid: str) -> TaskDetail:
         d = self._details.get(tid)
         if d is None:
-            raw = self._raw.pop(tid, None)
+            raw = self._raw.get(tid)
             d = TaskDetail() if raw is None else TaskDetail(*cbor2.loads(raw))
             self._details[tid] = d
         return d
@@ -236,6 +251,7 @@ class TaskState:
         if task is None:
             task = self.tasks[tid] = TaskRecord(tid)
         detail = self.detail(tid)
+        self._dirty.add(tid)
         task.n_events += 1
         if why is not None:
             if task.quarantine is not None:
@@ -252,15 +268,17 @@ class TaskState:
         _APPLY[kind](task, detail, data, event)
 
     def to_bytes(self) -> bytes:
-        raw = dict(self._raw)
-        for tid, d in self._details.items():
+        raw = self._raw
+        for tid in self._dirty:  # (the cached bytes of the others are still exact)
+            d = self._details[tid]
             raw[tid] = cbor2.dumps([d.events, d.kept, d.files])
+        self._dirty.clear()
         return cbor2.dumps({
             "seq": self.seq,
             "skipped_bad": self.skipped_bad,
             "fields": list(_FIELDS),
             "tasks": [t.to_plain() for t in self.tasks.values()],
-            "details": raw,
+            "details": {tid: raw[tid] for tid in self.tasks},
         })
 
     @classmethod
@@ -317,9 +335,9 @@ def _note(t: TaskRecord, x: TaskDetail, d: Mapping[str, Any], e: Event) -> None:
             f = x.files.setdefault(p, {"read": 0, "edit": 0, "last_seq": 0})
             f[col] += 1
             f["last_seq"] = e.seq
-    resolves = body.get("resolves") if isinstance(body, Mapping) else None
-    if resolves is not None:  # a note may close earlier questions (by their seqs)
-        wanted = set(resolves if isinstance(resolves, list) else [resolves])
+    wanted = resolved_seqs(body["resolves"]) if isinstance(body, Mapping) and \
+        "resolves" in body else None
+    if wanted:  # a note may close earlier questions (by their seqs)
         for q in x.kept.get("question", ()):
             if q["seq"] in wanted and "resolved_by" not in q:
                 q["resolved_by"] = e.seq

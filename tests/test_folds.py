@@ -845,7 +845,8 @@ def test_a_failed_checkpoint_write_leaves_no_temp_file(tmp_path: Path, monkeypat
 
 
 def test_checkpoints_are_debounced(tmp_path: Path) -> None:
-    cfg = StoreConfig(checkpoint_every_events=5, checkpoint_every_seconds=1e9)
+    cfg = StoreConfig(checkpoint_every_events=5, checkpoint_every_seconds=1e9,
+                      checkpoint_close_lag=1)
     primary = ckpt_dir(tmp_path) / "cache.ckpt"
     with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
         store.put({"target": "t", "summary": "0"})
@@ -860,6 +861,25 @@ def test_checkpoints_are_debounced(tmp_path: Path) -> None:
         assert primary.read_bytes() == first
     assert primary.read_bytes() != first  # written on close
     assert (ckpt_dir(tmp_path) / "cache.ckpt.bak").read_bytes() == first
+
+
+def test_close_leaves_a_checkpoint_less_than_close_lag_behind(tmp_path: Path) -> None:
+    """A command that appends a few events to a big store does not rewrite its checkpoints
+    on close; a reader folds the short tail, and the next writer past the lag writes."""
+    cfg = StoreConfig(checkpoint_every_events=10_000, checkpoint_every_seconds=1e9,
+                      checkpoint_close_lag=3)
+    primary = ckpt_dir(tmp_path) / "cache.ckpt"
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+        store.put({"target": "t", "summary": "0"})
+    first = primary.read_bytes()  # a store without a checkpoint always gets one
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+        store.put_many([{"target": "t", "summary": str(i)} for i in (1, 2)])
+    assert primary.read_bytes() == first  # 2 behind: left
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg, readonly=True) as ro:
+        assert len(ro.list()) == 3  # the reader folds the tail
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+        store.put({"target": "t", "summary": "3"})
+    assert primary.read_bytes() != first  # 3 behind: written
 
 
 def test_checkpoints_are_debounced_by_time(tmp_path: Path) -> None:

@@ -157,6 +157,11 @@ class TaskMachine(RuleBasedStateMachine):
                else f"x{self.n}" if given_id else None)
         parent = data.draw(st.sampled_from([None, *self.ids[-2:]]))
         before = self.head()
+        if parent is not None and self.model[parent].state == "unknown":
+            with pytest.raises(UnknownTaskError, match="parent"):  # never created
+                self.store.tasks.create(f"task {self.n}", parent=parent, id=tid)
+            assert self.head() == before
+            return
         exists = tid is not None and tid in self.model and self.model[tid].state != "unknown"
         if exists or (tid is not None and tid in self.model
                       and self.model[tid].quarantine_seq is not None):
@@ -466,3 +471,87 @@ def test_handoffs_supersede_per_task_and_count_resumes(tmp_path: Path) -> None:
         snap = [h.to_json() for h in store.agent.history()]
         store.rebuild()
         assert [h.to_json() for h in store.agent.history()] == snap
+
+
+# --- review findings: each a bug once -------------------------------------------------------
+
+
+@pytest.mark.parametrize("resolves", [[[1]], {"a": 1}, True, 5.0, 0, -3, [], "1"])
+def test_a_bad_resolves_is_refused_by_writers_and_quarantined_by_the_fold(
+    tmp_path: Path, resolves: Any
+) -> None:
+    with ContextStore.open(tmp_path, config=CONFIG) as store:
+        tid = store.tasks.create("t", id="t1").id
+        head = store.ledger.head
+        with pytest.raises(ValueError, match="resolves"):
+            store.tasks.note(tid, "decision", {"resolves": resolves})
+        assert store.ledger.head == head
+        store.ledger.append([Event("task.note", tid, {"type": "decision",
+                                                      "data": {"resolves": resolves}})])
+        t = store.tasks.get(tid)  # another tool wrote it: quarantined, never a crash
+        assert t is not None and t.quarantine is not None
+        assert "resolves" in t.quarantine["reason"]
+    with ContextStore.open(tmp_path, config=CONFIG) as store:
+        store.rebuild()
+        assert store.tasks.get("t1").quarantined  # type: ignore[union-attr]
+
+
+def test_what_readers_get_is_their_own_copy(tmp_path: Path) -> None:
+    with ContextStore.open(tmp_path, config=CONFIG) as store:
+        tid = store.tasks.create("t").id
+        store.tasks.start(tid)
+        store.tasks.note(tid, "decision", {"text": "blake3"})
+        store.tasks.complete(tid, {"pr": 7})
+        store.agent.handoff({"next": "review"}, task_id=tid)
+        store.tasks.get(tid).result["pr"] = 999  # type: ignore[union-attr]
+        store.tasks.record(tid).decisions[0]["data"]["text"] = "x"  # type: ignore[union-attr]
+        store.agent.latest_handoff().payload["next"] = "x"  # type: ignore[union-attr]
+        assert store.tasks.get(tid).result == {"pr": 7}  # type: ignore[union-attr]
+        assert store.tasks.record(tid).decisions[0]["data"] == {  # type: ignore[union-attr]
+            "text": "blake3"}
+        assert store.agent.latest_handoff().payload == {"next": "review"}  # type: ignore[union-attr]
+
+
+def test_an_id_only_a_stray_event_named_is_not_a_task(tmp_path: Path) -> None:
+    with ContextStore.open(tmp_path, config=CONFIG) as store:
+        store.ledger.append([Event("task.note", "ghost", {"type": "other"})])
+        assert store.tasks.get("ghost").quarantine["reason"] == "unknown task"  # type: ignore[union-attr,index]
+        store.ledger.append([Event("task.released", "nobody", {})])
+        assert store.tasks.get("nobody").quarantine["reason"] == "unknown task"  # type: ignore[union-attr,index]
+        with pytest.raises(UnknownTaskError, match="parent"):
+            store.tasks.create("child", parent="ghost")
+        with pytest.raises(UnknownTaskError):
+            store.agent.handoff({"x": 1}, task_id="ghost")
+        with pytest.raises(ValueError, match="labels"):
+            store.tasks.create("t", labels="auth")  # type: ignore[arg-type]
+
+
+def test_a_malformed_release_is_held_and_a_consumed_bootstrap_is_skipped(tmp_path: Path) -> None:
+    with ContextStore.open(tmp_path, config=CONFIG) as store:
+        store.ledger.append([Event("task.note", "q", {"type": "other"}),
+                             Event("task.released", "q", {"reason": 5})])
+        q = store.tasks.get("q")
+        assert q is not None and q.quarantined and q.held == 1
+        b = store.agent.bootstrap({"goal": "g"})
+        store.ledger.append([Event("agent.handoff_consumed", b.id, {})])
+        assert store.agent.get(b.id).resume_count == 0  # type: ignore[union-attr]
+        assert store.runner.state("handoffs").snapshot()["skipped_bad"] == 1
+
+
+def test_reading_details_does_not_make_a_checkpoint_re_encode_them(tmp_path: Path) -> None:
+    from projections.tasks import TaskState
+
+    with ContextStore.open(tmp_path, config=CONFIG) as store:
+        ids = [store.tasks.create(f"t{i}").id for i in range(5)]
+        store.checkpoint()
+    with ContextStore.open(tmp_path, config=CONFIG) as store:
+        for tid in ids:
+            store.tasks.history(tid)
+            store.tasks.record(tid)
+        state = store.runner.state("tasks")
+        assert isinstance(state, TaskState) and state._dirty == set()
+        store.tasks.start(ids[0])
+        assert state._dirty == {ids[0]}
+        before = state.to_bytes()
+        assert state._dirty == set()
+        assert TaskState.from_bytes(before).snapshot() == state.snapshot()
