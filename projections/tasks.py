@@ -16,6 +16,7 @@ frozen -- later events for it are *held* (kept in its history, not applied)
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +26,8 @@ import cbor2
 from eventstore import Event
 
 NAME = "tasks"
-VERSION = 2  # 2: a note's "resolves" is checked (a bad one quarantines)
+VERSION = 3  # 2: a note's "resolves" is checked; 3: the registry is read apart from details
+_LEN = struct.Struct("<I")
 
 PREFIX = "task."
 CREATED = "task.created"
@@ -221,14 +223,17 @@ class TaskState:
         self.seq = 0
         self.tasks: dict[str, TaskRecord] = {}
         self._details: dict[str, TaskDetail] = {}  # decoded (to read, or changed)
-        self._raw: dict[str, bytes] = {}  # every detail's bytes as of the last encoding
+        self._raw: dict[str, bytes] = {}  # details' bytes encoded by this process
+        # details' bytes as a checkpoint holds them: one blob, and (offset, length) per task
+        self._blob = b""
+        self._spans: dict[str, tuple[int, int]] = {}
         self._dirty: set[str] = set()  # details changed since their bytes were made
         self.skipped_bad = 0  # task events whose key is not a task id
 
     def detail(self, tid: str) -> TaskDetail:
         d = self._details.get(tid)
         if d is None:
-            raw = self._raw.get(tid)
+            raw = self._raw_of(tid)
             d = TaskDetail() if raw is None else TaskDetail(*cbor2.loads(raw))
             self._details[tid] = d
         return d
@@ -267,23 +272,40 @@ class TaskState:
         task.updated_at = event.at
         _APPLY[kind](task, detail, data, event)
 
+    def _raw_of(self, tid: str) -> bytes | None:
+        raw = self._raw.get(tid)
+        if raw is None:
+            span = self._spans.get(tid)
+            if span is not None:
+                raw = self._blob[span[0] : span[0] + span[1]]
+        return raw
+
     def to_bytes(self) -> bytes:
-        raw = self._raw
-        for tid in self._dirty:  # (the cached bytes of the others are still exact)
+        """u32 length, CBOR of the registry (rows, and each detail's length), then every
+        task's detail bytes back to back: loading decodes the registry only."""
+        for tid in self._dirty:  # (the bytes of the others are still exact)
             d = self._details[tid]
-            raw[tid] = cbor2.dumps([d.events, d.kept, d.files])
+            self._raw[tid] = cbor2.dumps([d.events, d.kept, d.files])
         self._dirty.clear()
-        return cbor2.dumps({
+        parts = []
+        for tid in self.tasks:
+            raw = self._raw_of(tid)
+            assert raw is not None  # every task folded has a detail, encoded above or loaded
+            parts.append(raw)
+        head = cbor2.dumps({
             "seq": self.seq,
             "skipped_bad": self.skipped_bad,
             "fields": list(_FIELDS),
             "tasks": [t.to_plain() for t in self.tasks.values()],
-            "details": {tid: raw[tid] for tid in self.tasks},
+            "detail_bytes": [len(p) for p in parts],
         })
+        return b"".join([_LEN.pack(len(head)), head, *parts])
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> TaskState:
-        obj = cbor2.loads(bytes(data))
+        view = memoryview(data)
+        (n,) = _LEN.unpack_from(view, 0)
+        obj = cbor2.loads(view[4 : 4 + n])
         if obj.get("fields") != list(_FIELDS):
             raise ValueError("task checkpoint has another record layout")
         st = cls()
@@ -291,9 +313,15 @@ class TaskState:
         st.skipped_bad = int(obj["skipped_bad"])
         new = TaskRecord
         st.tasks = {row[0]: new(*row) for row in obj["tasks"]}
-        st._raw = obj["details"]
-        if not isinstance(st._raw, dict) or st._raw.keys() != st.tasks.keys():
+        lengths = obj["detail_bytes"]
+        st._blob = bytes(view[4 + n :])  # a copy: a mapped checkpoint may not outlive us
+        if len(lengths) != len(st.tasks) or sum(lengths) != len(st._blob):
             raise ValueError("task checkpoint details do not match its tasks")
+        off = 0
+        spans = st._spans
+        for tid, size in zip(st.tasks, lengths, strict=True):
+            spans[tid] = (off, size)
+            off += size
         return st
 
     def snapshot(self) -> dict[str, Any]:
