@@ -119,7 +119,8 @@ class Runner:
                 refused.append(f"{ck.source}: watermark seq {ck.seq} is not in this log")
                 continue
             try:
-                state = p.decode(ck.body)
+                with paused_gc():  # decoding builds many acyclic objects, as a fold does
+                    state = p.decode(ck.body)
                 if state.seq != ck.seq:
                     raise ValueError("body watermark disagrees with header")
             except Exception as e:  # intact but undecodable (a bug, another build): a cache
