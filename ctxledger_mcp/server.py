@@ -26,6 +26,8 @@ that does not exist is a protocol error (``-32602``).
 from __future__ import annotations
 
 import functools
+import inspect
+import json
 import logging
 import os
 import signal
@@ -39,7 +41,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict, Field
 
 from cli.core import verify_document
@@ -130,15 +132,24 @@ def _tool(
     fn: Callable[..., Any], name: str, *, read_only: bool, idempotent: bool = False
 ) -> Tool:
     """``fn`` as an MCP tool: async on the loop (see the module docstring), refusals as tool
-    errors, unknown arguments refused."""
+    errors, unknown arguments refused, its answer typed by ``fn``'s return annotation."""
+    sig = inspect.signature(fn, eval_str=True)
 
     @functools.wraps(fn)
-    async def call(**kwargs: Any) -> Any:
+    async def call(**kwargs: Any) -> CallToolResult:
         try:
-            return fn(**kwargs)
+            doc = fn(**kwargs)
         except (ValueError, LedgerError) as e:  # the library's refusal: nothing was written
             raise ToolError(str(e)) from e
+        # what a model reads when its client shows the text, not the structure: compact
+        # JSON (the SDK's own text is indented: a quarter more tokens for a recall)
+        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              structured_content=doc)
 
+    # the SDK validates the structured content against the TypedDict of ``fn``
+    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        return_annotation=Annotated[CallToolResult, sig.return_annotation])
     tool = Tool.from_function(
         call,
         name=name,
@@ -155,7 +166,34 @@ def _tool(
     })
     tool.fn_metadata.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
+    out = tool.fn_metadata.output_schema
+    assert out is not None and "output_schema" not in tool.__dict__  # not cached yet
+    tool.fn_metadata.output_schema = inline_refs(out)
     return tool
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each ``$ref`` into ``$defs`` replaced by the definition itself.
+
+    The same schema, cheaper to check: a client validating every answer against
+    it (the ``mcp`` package's uses jsonschema) resolves no references. Measured
+    on an 8-hit recall answer: 1.65 ms to validate with references, 0.99 ms
+    without. The answers' types are not recursive, so the inlining ends.
+    """
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                siblings = {k: walk(v) for k, v in node.items() if k != "$ref"}
+                return {**walk(defs[ref.removeprefix("#/$defs/")]), **siblings}
+            return {k: walk(v) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return cast("dict[str, Any]", walk(schema))
 
 
 def build_server(store: ContextStore) -> MCPServer[Any]:

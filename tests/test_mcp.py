@@ -81,9 +81,12 @@ def session(root: Path, body: Callable[[Any], Awaitable[R]], errlog: Any = None,
 
 
 async def call(client: Any, name: str, **args: Any) -> Any:
-    """A tool's structured answer; a tool error fails the test."""
+    """A tool's structured answer; a tool error fails the test. The text beside it (what a
+    client that shows no structure hands the model) is the same document."""
     r = await client.call_tool(name, args)
     assert not r.is_error, (name, args, r.content)
+    assert [c.type for c in r.content] == ["text"]
+    assert json.loads(r.content[0].text) == r.structured_content
     return r.structured_content
 
 
@@ -166,6 +169,7 @@ def test_every_tool_and_resource_answers_as_the_library_does(root: Path) -> None
             assert t.description and len(t.description) > 40, t.name
             assert t.input_schema["additionalProperties"] is False, t.name
             assert t.output_schema and t.output_schema["type"] == "object", t.name
+            assert "$ref" not in json.dumps(t.output_schema), t.name  # inlined
             assert t.annotations.read_only_hint is (t.name in READ_ONLY), t.name
             for p, schema in t.input_schema["properties"].items():
                 assert schema.get("description"), (t.name, p)
