@@ -20,8 +20,10 @@ task, unknown, every-doc), ``limit=8``, each class's ``target`` / ``task_id`` /
 * **spawn + initialize** -- the MCP stdio client of the ``mcp`` package
   (``mcp.Client``) starting ``ctxledger mcp --root R`` and completing the
   protocol's initialization: process start, imports, opening the store and
-  loading every view, the handshake. Then the first ``recall`` round trip.
-  Medians of ``--spawns`` fresh servers.
+  loading every view, the handshake. Then the first ``recall`` round trip
+  (mostly the client's: its first answer from a tool makes it import
+  jsonschema and compile that tool's output schema). Medians of ``--spawns``
+  fresh servers.
 * **recall round trip over MCP** -- ``await client.call_tool("recall", ...)``
   in one long-lived session (one warm-up call), wall time from the call to
   the parsed result in the client; the client is in this process.
@@ -257,7 +259,8 @@ def render(meta: dict[str, Any], res: dict[str, Any], queries: list[dict[str, An
         "|---|---:|",
         f"| spawn + initialize (`mcp.Client` entered: process, imports, store open, every view "
         f"loaded, handshake), x{meta['spawns']} | {res['spawn']['init'] * 1e3:,.0f} ms |",
-        f"| then the first `recall` round trip | {res['spawn']['first'] * 1e3:.1f} ms |",
+        f"| then the first `recall` round trip (the client imports jsonschema and compiles the "
+        f"tool's output schema on a tool's first answer) | {res['spawn']['first'] * 1e3:.1f} ms |",
         "",
         "| recall, p50 / p95 ms | MCP round trip | library in process | cold CLI (`recall "
         "--json`) |",

@@ -92,7 +92,7 @@ Payload = Annotated[dict[str, Any], Field(description="A JSON object: whatever t
 Limit = Annotated[int, Field(ge=0, description="At most this many hits.")]
 
 
-def _time(name: str, value: float | str | None) -> float | None:
+def time_arg(name: str, value: float | str | None) -> float | None:
     """Unix seconds of a ``Time`` argument, by the CLI's rules (``cli.inputs``: finite,
     1970 to 9999), or ValueError naming the argument."""
     if value is None:
@@ -104,7 +104,7 @@ def _time(name: str, value: float | str | None) -> float | None:
         raise ValueError(f"{name}: {e.message}") from None
 
 
-def _as_of(value: int | str | None) -> int | float | None:
+def as_of_arg(value: int | str | None) -> int | float | None:
     """A seq (int; the library refuses one past the head) or a time not in the future."""
     if value is None or isinstance(value, int):
         return value
@@ -123,6 +123,19 @@ def _task(t: TaskInfo) -> S.Task:
 
 def _handoff(h: Handoff) -> S.Handoff:
     return cast(S.Handoff, to_jsonable(h.to_json()))
+
+
+def task_document(
+    store: ContextStore, task_id: str, *, as_of: int | float | None, history: bool
+) -> S.TaskShow:
+    """``{"task", "record", "history"}`` of one task (``history`` None unless asked for):
+    the ``task_show`` tool's answer and the ``ctxledger://task/{id}`` resource."""
+    info = store.tasks.get(task_id, as_of=as_of)
+    record = store.tasks.record(task_id, as_of=as_of)
+    if info is None or record is None:
+        raise UnknownTaskError(task_id)
+    events = store.tasks.history(task_id, as_of=as_of) if history else None
+    return cast(S.TaskShow, to_jsonable({"task": info, "record": record, "history": events}))
 
 
 # --- registration ------------------------------------------------------------------------
@@ -228,7 +241,7 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
             "global: every packet; task-first: the task's packets (task_ids lists it) first, "
             "then the rest; task-only: only the task's."))] = "global",
         packet_types: Annotated[list[str], Field(description=(
-            "Only packets of these packet types."))] = [],  # noqa: B006 (pydantic copies it)
+            "Only packets of these packet types."))] = [],  # noqa: B006 (the SDK passes every argument)
         path_filters: Annotated[list[str], Field(description=(
             "Only packets touching one of these paths."))] = [],  # noqa: B006
         symbol_filters: Annotated[list[str], Field(description=(
@@ -240,9 +253,9 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
         by BM25 over their text plus path, symbol, test and task matches; returns the best
         hits with a snippet each. Query at most 4096 characters and 64 distinct terms."""
         hits = store.recall(
-            query, limit=limit, since=_time("since", since), until=_time("until", until),
+            query, limit=limit, since=time_arg("since", since), until=time_arg("until", until),
             target=target, task_id=task_id, scope=scope, packet_types=packet_types,
-            path_filters=path_filters, symbol_filters=symbol_filters, as_of=_as_of(as_of),
+            path_filters=path_filters, symbol_filters=symbol_filters, as_of=as_of_arg(as_of),
         )
         return cast(S.RecallResult, {"hits": [h.to_json() for h in hits]})
 
@@ -285,9 +298,9 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
     ) -> S.EntryPage:
         """List cached packets, newest first, without their bodies (`get` reads one):
         to see what the store holds, or page through a target's packets."""
-        page = store.list_page(target=target, since=_time("since", since),
-                               until=_time("until", until), offset=offset, limit=limit,
-                               as_of=_as_of(as_of))
+        page = store.list_page(target=target, since=time_arg("since", since),
+                               until=time_arg("until", until), offset=offset, limit=limit,
+                               as_of=as_of_arg(as_of))
         return cast(S.EntryPage, page.to_json())
 
     @tool("stats", read_only=True)
@@ -386,7 +399,7 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
     ) -> S.TaskList:
         """List tasks, oldest first: what is running, what is left, what another agent is
         on."""
-        got = store.tasks.list(state=state, label=label, parent=parent, as_of=_as_of(as_of))
+        got = store.tasks.list(state=state, label=label, parent=parent, as_of=as_of_arg(as_of))
         return {"tasks": [_task(t) for t in got]}
 
     @tool("task_show", read_only=True)
@@ -398,13 +411,7 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
     ) -> S.TaskShow:
         """One task: its state and its working record (open questions, decisions,
         intentions, evidence, files read and edited), and with history its events."""
-        when = _as_of(as_of)
-        info = store.tasks.get(id, as_of=when)
-        record = store.tasks.record(id, as_of=when)
-        if info is None or record is None:
-            raise UnknownTaskError(id)
-        events = store.tasks.history(id, as_of=when) if history else None
-        return cast(S.TaskShow, to_jsonable({"task": info, "record": record, "history": events}))
+        return task_document(store, id, as_of=as_of_arg(as_of), history=history)
 
     # --- handoffs and bootstraps -----------------------------------------------------------
 
@@ -429,7 +436,7 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
     ) -> S.LatestHandoff:
         """What the previous run left for this one: call at the start of a run. Then
         `consume_handoff` it, so the store counts the resume."""
-        h = store.agent.latest_handoff(task_id, as_of=_as_of(as_of))
+        h = store.agent.latest_handoff(task_id, as_of=as_of_arg(as_of))
         return {"handoff": None if h is None else _handoff(h)}
 
     @tool("consume_handoff")
@@ -468,13 +475,11 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
     async def task_resource(id: str) -> str:
         """``{"task", "record", "history"}`` of one task, as JSON."""
         try:
-            info, record = store.tasks.get(id), store.tasks.record(id)
-            if info is None or record is None:
-                raise ResourceNotFoundError(str(UnknownTaskError(id)))
-            events = store.tasks.history(id)
+            return dumps(task_document(store, id, as_of=None, history=True))
+        except UnknownTaskError as e:
+            raise ResourceNotFoundError(str(e)) from e
         except (ValueError, LedgerError) as e:
             raise ResourceError(str(e)) from e
-        return dumps({"task": info, "record": record, "history": events})
 
     @server.resource("ctxledger://handoff/latest", name="latest_handoff",
                      mime_type="application/json",

@@ -137,9 +137,9 @@ def library_recall(store: ContextStore, q: dict[str, Any]) -> list[RecallHit]:
     kw = {k: v for k, v in q.items() if k != "query"}
     for name in ("since", "until"):
         if name in kw:
-            kw[name] = mcp_server._time(name, kw[name])
+            kw[name] = mcp_server.time_arg(name, kw[name])
     if "as_of" in kw:
-        kw["as_of"] = mcp_server._as_of(kw["as_of"])
+        kw["as_of"] = mcp_server.as_of_arg(kw["as_of"])
     return store.recall(q["query"], **kw)
 
 
@@ -540,15 +540,23 @@ def test_kill_9_during_writes_loses_nothing_acknowledged(root: Path) -> None:
 # --- without the extra; the config snippet ----------------------------------------------------
 
 
+def without_mcp(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    """``ctxledger ARGV`` in a process where ``import mcp`` fails, as without the extra."""
+    code = f"import sys; sys.modules['mcp'] = None; from cli.main import main; main({argv!r})"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          env={**os.environ, **ENV})
+
+
 def test_without_the_mcp_package_it_says_how_to_install_it(root: Path) -> None:
-    code = ("import sys; sys.modules['mcp'] = None; from cli.main import main; "
-            f"main(['mcp', '--root', {str(root)!r}])")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
-                       env={**os.environ, **ENV})
+    p = without_mcp("mcp", "--root", str(root))
     assert p.returncode == 1 and p.stdout == b""
     lines = p.stderr.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert "pip install 'ctxledger[mcp]'" in lines[0]
+    # what needs no server works all the same
+    assert without_mcp("mcp", "--help").returncode == 0
+    p = without_mcp("mcp", "config", "--root", str(root))
+    assert p.returncode == 0 and json.loads(p.stdout)["args"][-1] == str(root)
 
 
 @pytest.mark.parametrize("client", ["generic", "claude", "cursor"])
