@@ -54,6 +54,10 @@ def serve(ctx: Ctx) -> None:
     store = open_store(ctx, write=True)  # long-lived: checkpoints read, not mapped
     click.echo(f"ctxledger mcp: serving {safe(str(ctx.store_dir))} over stdio (pid "
                f"{os.getpid()})", err=True)
+    if sys.stdin.isatty():  # a person ran it: the protocol is for a client to speak
+        click.echo("ctxledger mcp: an MCP client starts this command and speaks JSON-RPC on "
+                   "stdin; `ctxledger mcp config` prints how to register it. Ctrl-C to stop.",
+                   err=True)
     server.serve(store)
 
 

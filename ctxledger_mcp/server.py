@@ -1,7 +1,7 @@
 """The store as MCP tools and resources, served over stdio.
 
 A thin layer: each tool validates its arguments (pydantic, from the type
-hints; unknown arguments are refused), calls the library, and returns the
+hints, strictly; unknown arguments are refused), calls the library, and returns the
 library's answer in its ``to_json()`` shape. Nothing here decides anything
 the library decides.
 
@@ -45,7 +45,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict, Field
 
 from cli.core import verify_document
-from cli.inputs import SEQ_OR_TIME, TIME
+from cli.inputs import MAX_INT, SEQ_OR_TIME, TIME
 from cli.output import dumps, to_jsonable
 from eventstore import Anchor, LedgerError
 from projections import ContextStore
@@ -89,7 +89,7 @@ TaskId = Annotated[str, Field(description="A task id: 1-128 of A-Z a-z 0-9 . _ :
 OptTaskId = Annotated[str | None, Field(description="A task id, or omit.")]
 Payload = Annotated[dict[str, Any], Field(description="A JSON object: whatever the next reader "
                                                       "needs (goals, state, next steps, ...).")]
-Limit = Annotated[int, Field(ge=0, description="At most this many hits.")]
+Limit = Annotated[int, Field(ge=0, le=MAX_INT, description="At most this many hits.")]
 
 
 def time_arg(name: str, value: float | str | None) -> float | None:
@@ -171,10 +171,11 @@ def _tool(
                                     open_world_hint=False),
         structured_output=True,
     )
-    # a misspelt argument (``limt``, ``forse``) must not silently take its default
+    # a misspelt argument (``limt``, ``forse``) must not silently take its default, nor
+    # ``true`` pass for 1 or ``"5"`` for 5: one argument, one meaning (as the CLI's JSON)
     base = tool.fn_metadata.arg_model
     strict: type[ArgModelBase] = type(base.__name__, (base,), {
-        "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True),
+        "model_config": ConfigDict(extra="forbid", strict=True, arbitrary_types_allowed=True),
         "__module__": __name__,
     })
     tool.fn_metadata.arg_model = strict
@@ -292,8 +293,9 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
             "Only packets of this reducer target."))] = None,
         since: Time = None,
         until: Time = None,
-        offset: Annotated[int, Field(ge=0, description="Skip this many entries.")] = 0,
-        limit: Annotated[int, Field(ge=0, description="At most this many entries.")] = 100,
+        offset: Annotated[int, Field(ge=0, le=MAX_INT, description="Skip this many entries.")] = 0,
+        limit: Annotated[int, Field(ge=0, le=MAX_INT, description="At most this many "
+                                                                  "entries.")] = 100,
         as_of: AsOf = None,
     ) -> S.EntryPage:
         """List cached packets, newest first, without their bodies (`get` reads one):

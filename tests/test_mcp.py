@@ -301,6 +301,10 @@ BAD: list[tuple[str, dict[str, Any], str]] = [  # tool, arguments, what the erro
     ("recall", {"query": "x", "limt": 3}, "Extra inputs are not permitted"),  # not ignored
     ("recall", {"query": 5}, "valid string"),
     ("recall", {"query": "x", "limit": -1}, "greater than or equal to 0"),
+    ("recall", {"query": "x", "limit": True}, "valid integer"),  # strict: not 1
+    ("recall", {"query": "x", "limit": 2**63}, "less than or equal to"),
+    ("recall", {"query": "x", "as_of": True}, "valid integer"),
+    ("recall", {"query": "x", "since": False}, "valid number"),
     ("recall", {"query": "x", "scope": "bogus"}, "task-first"),
     ("recall", {"scope": "task-only"}, "needs a task id"),  # the library's rule
     ("recall", {"query": " ".join(f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(65))},
@@ -318,6 +322,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [  # tool, arguments, what the erro
     ("get", {"key": "0" * 64}, "no live entry"),
     ("get", {"key": "../../etc/passwd"}, "hex"),
     ("list", {"offset": -1}, "greater than or equal to 0"),
+    ("list", {"limit": "5"}, "valid integer"),  # strict: not 5
     ("list", {"since": "@nan"}, "since:"),
     ("stats", {"verbose": True}, "Extra inputs are not permitted"),
     ("task_create", {"title": ""}, "title must be"),
@@ -336,6 +341,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [  # tool, arguments, what the erro
     ("task_fail", {"id": RUNNING}, "Field required"),
     ("task_fail", {"id": RUNNING, "reason": ""}, "a failure needs a reason"),
     ("task_cancel", {"id": RUNNING, "force": "maybe"}, "valid boolean"),
+    ("task_cancel", {"id": RUNNING, "force": 1}, "valid boolean"),
     ("task_list", {"state": "bogus"}, "quarantined"),
     ("task_list", {"as_of": -1}, "negative"),
     ("task_show", {"id": "no-such-task"}, "no task with id"),
