@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -519,9 +520,11 @@ def test_kill_9_during_writes_loses_nothing_acknowledged(root: Path) -> None:
             keys: list[str] = []
             notes: list[int] = []
             pid = server_pid(errlog)
+            going = anyio.Event()
 
-            async def killer() -> None:
-                await anyio.sleep(0.4)
+            async def killer() -> None:  # once writes flow, kill while one is in flight
+                await going.wait()
+                await anyio.sleep(random.Random(9).uniform(0, 0.002))
                 os.kill(pid, signal.SIGKILL)
 
             async with anyio.create_task_group() as tg:
@@ -534,14 +537,17 @@ def test_kill_9_during_writes_loses_nothing_acknowledged(root: Path) -> None:
                         r = await c.call_tool("task_note", {"id": RUNNING, "type": "evidence",
                                                             "data": {"i": i}})
                         notes.append(r.structured_content["last_seq"])
+                        if len(notes) == 20:
+                            going.set()
                 except Exception:  # the connection died under a call: that one was not acked
                     pass
             return keys, notes
 
         keys, notes = session(root, body, errlog=errlog)
-    assert len(keys) >= 5, "the kill came before any write"
+    assert len(keys) >= 20
     with lib(root) as st:
-        assert st.ledger.verify().ok
+        # the only damage a kill can leave is a torn final frame, never acknowledged
+        assert all("torn" in p.error for p in st.ledger.verify().problems)
         assert all(st.get(k) is not None for k in keys)
         seqs = {e.seq for e in st.tasks.history(RUNNING)}
         assert set(notes) <= seqs
