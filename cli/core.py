@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
-from eventstore import Anchor, LedgerError, VerifyReport, check_anchor, private
+from eventstore import Anchor, LedgerError, LogBackend, VerifyReport, check_anchor, private
 
 from .options import Ctx, examples, store_options
 from .output import safe
@@ -65,7 +66,27 @@ def verify(ctx: Ctx, anchor: Anchor | None) -> None:
     the log up to SEQ is the one whose head was recorded. Store files that
     group or others can use are warned about (exit code unchanged).
     """
-    led = ctx.ledger()
+    report, doc, why = verify_document(ctx.ledger(), ctx.store_dir, anchor)
+    ctx.emit(doc, human=lambda _: _report_text(report, ctx, anchor, why))
+    ctx.warn(doc["warnings"])
+    if not report.ok:
+        also = f"; anchor not confirmed: {why}" if why else ""
+        raise click.ClickException(
+            f"{ctx.log_dir}: {len(report.problems)} problem(s) found{also}"
+        )
+    if why:
+        raise click.ClickException(f"{ctx.log_dir}: anchor not confirmed: {why}")
+
+
+def verify_document(
+    led: LogBackend, store_dir: Path, anchor: Anchor | None
+) -> tuple[VerifyReport, dict[str, Any], str | None]:
+    """Verify ``led`` (and ``anchor``): the report, its JSON document, why the anchor failed.
+
+    The document is what ``verify --json`` prints and the MCP ``verify`` tool
+    returns: the report, ``warnings`` (store paths others can use) and, with an
+    anchor, ``anchor`` -- ``ok`` is then true only when both hold.
+    """
     report = led.verify()
     doc: dict[str, Any] = report.to_json()
     why = None
@@ -76,17 +97,8 @@ def verify(ctx: Ctx, anchor: Anchor | None) -> None:
             why = str(e)
         doc["ok"] = report.ok and why is None
         doc["anchor"] = {**anchor.to_json(), "ok": why is None, "error": why}
-    warnings = private.mode_warnings(ctx.store_dir)
-    doc["warnings"] = warnings
-    ctx.emit(doc, human=lambda _: _report_text(report, ctx, anchor, why))
-    ctx.warn(warnings)
-    if not report.ok:
-        also = f"; anchor not confirmed: {why}" if why else ""
-        raise click.ClickException(
-            f"{ctx.log_dir}: {len(report.problems)} problem(s) found{also}"
-        )
-    if why:
-        raise click.ClickException(f"{ctx.log_dir}: anchor not confirmed: {why}")
+    doc["warnings"] = private.mode_warnings(store_dir)
+    return report, doc, why
 
 
 def _report_text(r: VerifyReport, ctx: Ctx, anchor: Anchor | None, why: str | None) -> str:

@@ -23,8 +23,10 @@ def walk(
 
 
 def leaf_paths() -> set[tuple[str, ...]]:
-    """The path of every command that runs something (not a group)."""
-    return {path for path, cmd in walk() if not isinstance(cmd, click.Group)}
+    """The path of every command that runs something: not a group, unless the group runs
+    something itself without a subcommand (``ctxledger mcp`` serves)."""
+    return {path for path, cmd in walk()
+            if not isinstance(cmd, click.Group) or cmd.invoke_without_command and path}
 
 
 def is_unsafe(ch: str) -> bool:

@@ -150,6 +150,18 @@ TASK_CASES = [
     case("negative", "task watch", "--root", R, "--interval", "-1"),
     case("negative", "agent show", "--root", R, "--as-of", "999"),
 ]
+MCP_CASES = [  # (a root with a store would serve: every case fails before that)
+    case("types", "mcp", "--root", R, "--bogus"),
+    case("types", "mcp", "--root", R, "serve-it"),  # no such subcommand
+    case("huge", "mcp", "--root", f"R/{LONG}", code=1),
+    case("control", "mcp", "--root", "R/\x1b]0;owned\x07", code=1),  # no store there
+    case("traversal", "mcp", "--root", PASSWD),
+    case("types", "mcp config", "--root", R, "--client", "bogus"),
+    case("huge", "mcp config", "--root", f"R/{LONG}", code=1),
+    case("utf8", "mcp config", "--root", R, "--client", b"claude\xff"),
+    case("control", "mcp config", "--root", R, "--client", "\x1b[2J"),
+    case("traversal", "mcp config", "--root", PASSWD),
+]
 CASES = [
     # --- malformed JSON, in options, files and stdin -------------------------------------
     case("json", "log append", "--root", R, "--kind", "x.y", "--data", '{"a":'),
@@ -275,6 +287,7 @@ CASES = [
     case("negative", "replay", "--root", R, "--until", "@-5"),
     case("negative", "demo", "--root", R, "--packets", "-3"),
     *TASK_CASES,
+    *MCP_CASES,
     case("types", "log head", "--root", R, "extra"),
     case("huge", "log head", "--root", f"R/{LONG}", code=1),
     case("control", "log head", "--root", "R/\x1b[2J", code=1),  # no store there

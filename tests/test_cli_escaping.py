@@ -94,6 +94,10 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("demo",), ["demo", *R, "--packets", "20", "--query", HOSTILE], None),
         (("store", "prune"), ["store", "prune", *R, "--all"], None),
         ((), ["store", HOSTILE], None),  # an unknown command is quoted back
+        # no store there, so nothing is served (argv cannot carry NUL: not in the path)
+        (("mcp",), ["mcp", "--root", str(r / HOSTILE.replace("\x00", ""))], None),
+        (("mcp", "config"), ["mcp", "config", *R], None),
+        (("mcp", "config"), ["mcp", "config", *R, "--client", HOSTILE], None),
         *task_invocations(R, data),
     ]
 
