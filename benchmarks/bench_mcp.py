@@ -71,7 +71,7 @@ for _p in (str(REPO), str(BENCH)):  # run from a checkout without installing
 
 import anyio  # noqa: E402
 import bench_recall  # noqa: E402  (a sibling module: the seeded query mix)
-from docsection import cpu_model, write_section  # noqa: E402
+from docsection import cpu_model, loadavg, log, write_section  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters  # noqa: E402
@@ -84,17 +84,6 @@ LIMIT = 8
 BATCH = 1_000
 GOAL_MS = 5.0
 CLASSES: list[str] = bench_recall.CLASSES
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def loadavg() -> float:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return float("nan")
 
 
 def pct(xs: list[float], p: float) -> float:
