@@ -454,8 +454,16 @@ def server_pid(errlog: Any) -> int:
     return int(m.group(1))
 
 
+def close_writes_every_checkpoint(root: Path) -> None:
+    """close_lag = 1: a clean close then writes every view that moved (the default leaves
+    a checkpoint fewer than 256 events behind), which is what these tests look for."""
+    cfg = root / ".ctxledger" / "config.toml"
+    cfg.write_text((cfg.read_text() if cfg.exists() else "") + "\n[checkpoint]\nclose_lag = 1\n")
+
+
 @needs_mcp
 def test_sigterm_closes_the_store_and_exits_0(root: Path) -> None:
+    close_writes_every_checkpoint(root)
     shell = ('"$0" -m cli mcp --root "$1"; echo "server exited $?" >&2')
     command = ("/bin/sh", ["-c", shell, sys.executable, str(root)], ENV)
     with tempfile.NamedTemporaryFile("w+", suffix=".log") as errlog:
@@ -475,6 +483,7 @@ def test_sigterm_closes_the_store_and_exits_0(root: Path) -> None:
 @needs_mcp
 def test_stdin_eof_closes_the_store_and_stdout_is_only_protocol(root: Path) -> None:
     """Raw JSON-RPC over the pipes: every stdout line is a protocol message."""
+    close_writes_every_checkpoint(root)
     msgs = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"protocolVersion": "2025-11-25", "capabilities": {},
