@@ -7,7 +7,7 @@ output crash or turn invalid. The wrappers are listed in ``docs/cli.md``.
 
 Text for people never carries a stored string raw: :func:`safe` escapes the
 characters a terminal would act on (failure rule 7). ``--json`` output is
-ASCII (``ensure_ascii``): every such character arrives as a ``\\uXXXX`` escape.
+ASCII (``ensure_ascii``): every such character arrives as a ``\\u`` escape (four hex digits).
 """
 
 from __future__ import annotations
@@ -170,7 +170,6 @@ def safe(text: str, *, multiline: bool = False) -> str:
     if multiline:
         return "\n".join(_UNSAFE.sub(_escape, line) for line in text.split("\n"))
     return _UNSAFE.sub(_escape, text)
-
 
 
 def iso_time(at: float) -> str:

@@ -1,5 +1,15 @@
 """ctxledger's views: folds over the log, and the agent-facing ContextStore."""
 
+from .answers import (
+    AmbiguousKeyError,
+    AsOfError,
+    CacheEntry,
+    EntryPage,
+    EntrySummary,
+    PruneResult,
+    PutResult,
+    UnknownKeyError,
+)
 from .cache import CacheState, EntryRef
 from .config import ConfigError, StoreConfig
 from .packet import (
@@ -10,20 +20,7 @@ from .packet import (
     parse_packet_json,
 )
 from .runner import Projection, Runner, fold
-from .store import (
-    AmbiguousKeyError,
-    AsOfError,
-    CacheEntry,
-    ContextStore,
-    EntryPage,
-    EntrySummary,
-    PruneResult,
-    PutResult,
-    UnknownKeyError,
-    init_store,
-    replay,
-    store_dir,
-)
+from .store import ContextStore, init_store, replay, store_dir
 
 __all__ = [
     "AmbiguousKeyError",

@@ -16,8 +16,8 @@ from projections import (
     UnknownKeyError,
     replay,
 )
+from projections.answers import seq_at
 from projections.cache import MIN_KEY_PREFIX, CacheState, key_prefix
-from projections.store import seq_at
 
 TTL = 100.0
 CFG = StoreConfig(ttl_seconds=TTL, checkpoint_every_events=10**9, checkpoint_every_seconds=1e9)
