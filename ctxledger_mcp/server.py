@@ -260,7 +260,7 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
         )
         return cast(S.RecallResult, {"hits": [h.to_json() for h in hits]})
 
-    @tool("put", idempotent=True)
+    @tool("put")  # (not idempotent: a re-put restarts the packet's TTL)
     def put(
         packet: Annotated[dict[str, Any], Field(description=(
             "The packet, a JSON object: 'target' (required, a non-empty string: what produced "
@@ -533,20 +533,23 @@ def serve(store: ContextStore) -> None:
     Every view is loaded first, so the first request costs what later ones do.
     """
     server = build_server(store)
-    store.runner.load_all()  # every view (and numpy) now, not in the first request's time
     anyio.run(_serve, server, store)
 
 
 async def _serve(server: MCPServer[Any], store: ContextStore) -> None:
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_on_signal, store)
+        await tg.start(_stop_on_signal, store)  # a signal while loading: a clean close after
+        store.runner.load_all()  # every view (and numpy) now, not in the first request's time
         await server.run_stdio_async()
         log.info("stdin closed: stopping")
         tg.cancel_scope.cancel()
 
 
-async def _stop_on_signal(store: ContextStore) -> None:
+async def _stop_on_signal(
+    store: ContextStore, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        task_status.started()
         async for signum in signals:
             log.info("signal %d: closing the store", signum)
             code = STOP_SIGNALS[signal.Signals(signum)]
