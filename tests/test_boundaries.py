@@ -1,0 +1,85 @@
+"""Exact boundaries that random tests hit only by chance: each test here kills a
+one-line mutant that survived the whole suite once (a flipped comparison, a dropped check).
+
+- the frame header's crc field is checked: a flipped bit in it (which no digest
+  covers) fails verify, reads and writers at that frame;
+- ``get`` and ``list`` expire an entry exactly ``ttl`` seconds after it was put
+  (``created + ttl <= now`` is expired);
+- ``list(since=, until=)`` are inclusive at both ends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eventstore import CorruptLogError, Event, Ledger
+from eventstore.frame import SEGMENT_HEADER_SIZE
+from projections import ContextStore, StoreConfig
+
+TTL = 100.0
+
+
+def test_a_flipped_bit_in_a_frame_header_crc_fails_closed(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        for i in range(3):
+            led.append([Event("x.y", f"k{i}", {"i": i})])
+    seg = next(log.glob("*.seg"))
+    raw = bytearray(seg.read_bytes())
+    raw[SEGMENT_HEADER_SIZE + 4] ^= 0x01  # frame 1's hcrc field: outside every digest
+    seg.write_bytes(bytes(raw))
+    with Ledger.open(log, readonly=True) as ro:
+        report = ro.verify()
+        assert not report.ok
+        assert [p.offset for p in report.problems] == [SEGMENT_HEADER_SIZE]
+        with pytest.raises(CorruptLogError):
+            list(ro.read())
+    with pytest.raises(CorruptLogError):  # a writer never appends behind the damage
+        with Ledger.open(log) as led:
+            led.append([Event("x.y", "after", {})])
+    assert seg.read_bytes() == bytes(raw)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_entry_expires_exactly_ttl_seconds_after_its_put(tmp_path: Path) -> None:
+    clock = Clock()
+    clock.now = 1000.0  # (now - ttl) is then exactly the put's time: the edge itself
+    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
+            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=TTL), clock=clock,
+                              log=log) as store:
+        key = store.put({"target": "t", "summary": "edge"}).cache_key
+        assert next(iter(store.ledger.read(1, 1))).at == 1000.0
+        clock.now = 1000.0 + TTL
+        assert store.get(key) is None and store.list() == []  # at the edge: expired
+        assert store.list_page().total == 0 and store.stats()["entries"] == 0
+        clock.now = 1000.0 + TTL - 0.001  # just before it: live
+        assert store.get(key) is not None and [e.cache_key for e in store.list()] == [key]
+        assert store.stats()["entries"] == 1
+
+
+def test_list_since_and_until_are_inclusive(tmp_path: Path) -> None:
+    clock = Clock()
+    clock.now = 1000.0
+    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
+            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=1e9), clock=clock,
+                              log=log) as store:
+        keys = []
+        for i in range(3):  # the log stamps each batch with the clock: 1000, 2000, 3000
+            keys.append(store.put({"target": "t", "summary": f"p{i}"}).cache_key)
+            clock.now += 1000.0
+        ats = [e.at for e in store.ledger.read(1, 3)]
+        assert ats == [1000.0, 2000.0, 3000.0]
+        listed = store.list(since=ats[1])
+        assert {e.cache_key for e in listed} == set(keys[1:])  # the one at `since` is in
+        assert {e.cache_key for e in store.list(until=ats[1])} == set(keys[:2])
+        assert {e.cache_key for e in store.list(since=ats[1], until=ats[1])} == {keys[1]}
+        assert store.list(since=ats[2] + 1e-3) == [] and store.list(until=ats[0] - 1e-3) == []
