@@ -41,8 +41,8 @@ COUNT = click.IntRange(min=0, max=MAX_INT)
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 LATEST = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.UTC).timestamp()
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
-_UNIX = re.compile(r"-?\d+(?:\.\d+)?")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)")  # ASCII digits only
+_UNIX = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 _EXAMPLES = "ISO-8601 like 2026-11-30T12:00:00Z, @UNIX seconds, or a duration ago like 24h"
 
 Clock = Callable[[], float]
@@ -164,10 +164,16 @@ class SeqOrTime(TimeParam):
             if seq > MAX_INT:
                 self.fail(f"seq {text} is past any log (at most {MAX_INT})", param, ctx)
             return seq
-        if re.fullmatch(r"-\d+", text):
+        if re.fullmatch(r"-[0-9]+", text):
             self.fail(f"seq {text} is negative (0 is the empty log)", param, ctx)
-        now = self.clock()
-        when = super().convert(value, param, ctx)
+        if _UNIX.fullmatch(text):  # a bare decimal: neither a seq nor clearly a time
+            self.fail(f"{text!r} is not a seq (a whole number); for a unix time write @{text}",
+                      param, ctx)
+        now = self.clock()  # one reading: "0s" ago is now, not after it
+        try:
+            when = parse_time(text, now)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
         if when > now:
             self.fail(f"{text!r} is in the future", param, ctx)
         return when

@@ -41,7 +41,7 @@ def replay(ctx: Ctx, until: int | float | None) -> None:
     help="Rebuild only this view (default: all).",
 )
 def rebuild(ctx: Ctx, projection: str | None) -> None:
-    """Drop checkpoints, refold views from the log, and checkpoint them again."""
+    """Refold views from the log in memory; only if that succeeds, replace their checkpoints."""
     st = open_store(ctx, write=True)
     with progress_bar(ctx, st.ledger.head, "rebuilding") as bar:
         report = st.rebuild(projection, progress=bar)

@@ -35,8 +35,11 @@ def to_jsonable(obj: Any) -> Any:
 def _conv(obj: Any, path: set[int]) -> Any:
     # one stack frame per nesting level (plain loops, no comprehensions): the
     # CBOR decoder allows ~400 levels and that must fit Python's recursion limit
-    if obj is None or isinstance(obj, (bool, int, str)):
+    if obj is None or isinstance(obj, (bool, str)):
         return obj
+    if isinstance(obj, int):
+        # past Python's int-to-decimal limit (4,300 digits) json cannot print it: hex can
+        return obj if obj.bit_length() <= _MAX_DECIMAL_BITS else {"$int": hex(obj)}
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else {"$float": _float_name(obj)}
     if isinstance(obj, (bytes, bytearray, memoryview)):
@@ -51,6 +54,11 @@ def _conv(obj: Any, path: set[int]) -> Any:
             out: dict[str, Any] = {}
             for k, v in obj.items():
                 out[_key(k, path)] = _conv(v, path)
+            if len(out) < len(obj):  # keys that print alike (1 and "1"): keep every pair
+                pairs = []
+                for k, v in obj.items():
+                    pairs.append([_conv(k, path), _conv(v, path)])
+                return {"$map": pairs}
             return out
         if isinstance(obj, (list, tuple, set, frozenset)):
             items = []
@@ -100,6 +108,9 @@ def _scalar(obj: Any) -> Any:
     return {"$repr": repr(obj)}
 
 
+_MAX_DECIMAL_BITS = 14_000  # below 4,300 decimal digits (sys.get_int_max_str_digits)
+
+
 def _float_name(x: float) -> str:
     return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
@@ -128,10 +139,37 @@ def dumps_if_plain(obj: Any, seps: tuple[str, str], ascii_only: bool) -> str | N
     that needs a wrapper (bytes, sets, NaN, cycles, objects), and then the
     walk decides.
     """
+    if not _plain_containers(obj):
+        return None
     try:
         return json.dumps(obj, separators=seps, ensure_ascii=ascii_only, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return None
+
+
+def _plain_containers(obj: Any) -> bool:
+    """Only dicts with string keys, lists and tuples hold the other containers: what the
+    encoder would print differently from the walk (a number key colliding with a string
+    key, a mapping type with its own ``to_json``) sends the value to the walk."""
+    stack = [obj]
+    seen: set[int] = set()  # containers met already: a cycle (or a shared one) -> the walk
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is dict or t is list or t is tuple:
+            if id(x) in seen:
+                return False
+            seen.add(id(x))
+            if t is dict:
+                for k in x:
+                    if type(k) is not str:
+                        return False
+                stack.extend(x.values())
+            else:
+                stack.extend(x)
+        elif isinstance(x, (Mapping, list, tuple)):
+            return False  # a subclass: the walk may treat it otherwise
+    return True
 
 
 # --- human forms --------------------------------------------------------------------

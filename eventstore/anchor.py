@@ -30,6 +30,9 @@ class Anchor:
             raise ValueError(f"{text!r} is not an anchor: expected SEQ:DIGEST, e.g. 42:9f3a…")
         if len(hexd) != 64 or not _HEX.issuperset(hexd):
             raise ValueError(f"{text!r} is not an anchor: DIGEST must be 64 hex digits")
+        if int(seq) == 0:  # every log starts from the same digest: 0 pins nothing
+            raise ValueError("seq 0 anchors nothing (every log has it): take an anchor "
+                             "with `ctxledger log head` after the first append")
         return cls(int(seq), bytes.fromhex(hexd))
 
     def __str__(self) -> str:

@@ -106,7 +106,9 @@ def mode_warnings(root: Path) -> list[str]:
     while stack:
         d = stack.pop()
         try:
-            st = os.lstat(d)
+            # the store itself may be a symlink (moved to another disk): check where it
+            # points; what is found inside is checked as it is (links not followed)
+            st = os.stat(d) if d == root else os.lstat(d)
         except OSError:
             continue  # removed meanwhile (a checkpoint temp file, say)
         if stat.S_ISDIR(st.st_mode):

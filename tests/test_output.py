@@ -38,3 +38,21 @@ def test_fast_path_declines_what_needs_a_wrapper() -> None:
         assert dumps_if_plain(v, (",", ":"), True) is None
     assert dumps_if_plain({"a": [1, 2.5, None, True]}, (",", ":"), True) == \
         '{"a":[1,2.5,null,true]}'
+
+
+def test_keys_that_print_alike_keep_every_pair_and_huge_ints_print() -> None:
+    assert dumps({1: "a", "1": "b"}, compact=True) == '{"$map":[[1,"a"],["1","b"]]}'
+    assert dumps({True: 1, "true": 2}, compact=True) == '{"$map":[[true,1],["true",2]]}'
+    assert dumps({1: "a", 2: "b"}, compact=True) == '{"1":"a","2":"b"}'  # no collision
+    n = 10**5000  # past Python's int-to-decimal limit
+    assert json.loads(dumps({"n": n})) == {"n": {"$int": hex(n)}}
+    assert dumps({"n": 10**300}, compact=True) == '{"n":' + str(10**300) + '}'
+
+
+def test_a_mapping_subclass_with_to_json_takes_the_walk() -> None:
+    class D(dict):  # type: ignore[type-arg]
+        def to_json(self) -> dict[str, int]:
+            return {"x": 1}
+
+    assert dumps_if_plain(D(a=1), (",", ":"), True) is None
+    assert dumps(D(a=1), compact=True) == '{"x":1}'

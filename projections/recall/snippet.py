@@ -56,20 +56,22 @@ def _scanned_text(texts: Iterable[str], limit: int) -> tuple[str, bool]:
     """The texts joined as :func:`make_snippet` shows them, up to ``limit``; and whether
     anything was left out.
 
-    Each text costs its length plus one; the text that crosses ``limit`` is cut
-    there (and a word it cuts in two is dropped), and no later text is read.
+    Each non-empty text costs its length plus one (empty ones cost nothing, but
+    at most ``limit`` texts are read); the text that crosses ``limit`` is cut
+    there -- a word it cuts in two is dropped, unless that would leave nothing of
+    the text (one long word: base64, a hash dump) -- and no later text is read.
     Within the limit this is exactly the whole joined text, and ``False``.
     """
     parts: list[str] = []
     room = limit
+    items = limit
     for t in texts:
-        if room <= 0:
-            if t:
-                return SEPARATOR.join(parts), True
-            continue
-        room -= 1
+        items -= 1
+        if room <= 0 or items < 0:
+            return SEPARATOR.join(parts), True
         if not t:
             continue
+        room -= 1
         if len(t) <= room:
             room -= len(t)
             if not t.isspace():
@@ -77,9 +79,10 @@ def _scanned_text(texts: Iterable[str], limit: int) -> tuple[str, bool]:
                 parts.append(" ".join(t.split()))
             continue
         piece = t[:room]
-        if _IDENT.match(t, room):  # the cut falls before a word character: drop a cut word
-            piece = _TAIL_WORD.sub("", piece)
         shown = " ".join(piece.split())
+        if _IDENT.match(t, room):  # the cut falls before a word character: drop a cut word
+            whole_words = " ".join(_TAIL_WORD.sub("", piece).split())
+            shown = whole_words or shown
         if shown:
             parts.append(shown)
         return SEPARATOR.join(parts), True
