@@ -54,3 +54,17 @@ def test_a_cut_that_would_leave_nothing_keeps_the_hard_cut() -> None:
     assert cut and text == "x" * 9
     text, cut = _scanned_text(["see", "QUJD" * 50], 20)
     assert cut and text.startswith("see") and "QUJD" in text
+
+
+def test_a_symlink_planted_at_a_segment_temp_name_is_not_written_through(
+    tmp_path: Path
+) -> None:
+    from eventstore.segments import create_segment, segment_name
+
+    log = tmp_path / "log"
+    log.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    os.symlink(victim, log / (segment_name(1) + ".tmp"))  # a stale or planted temp name
+    seg = create_segment(log, 1, bytes(32), 1 << 20, sync=False)
+    assert victim.read_bytes() == b"keep me" and seg.is_file() and not seg.is_symlink()
