@@ -11,8 +11,7 @@ from projections.task_api import Handoff
 from .inputs import JSON_FILE, SEQ_OR_TIME
 from .options import Ctx, examples, group_options, store_options
 from .output import dumps, iso_time, safe
-from .task import usage_errors
-from .views import naming, open_store
+from .views import naming, open_store, usage_errors
 
 
 @examples("echo '{\"next\": \"review the PR\"}' | ctxledger agent handoff --task auth-1",

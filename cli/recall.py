@@ -9,7 +9,7 @@ import click
 from .inputs import COUNT, SEQ_OR_TIME, TIME
 from .options import Ctx, examples, store_options
 from .output import safe
-from .views import naming, open_store
+from .views import naming, open_store, usage_errors
 
 SCOPES = ("global", "task-first", "task-only")
 """``projections.recall.SCOPES`` (a test keeps them equal), spelled out so that loading
@@ -67,23 +67,20 @@ def recall(
 ) -> None:
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
-    try:
-        with naming("--as-of"):
-            hits = store.recall(
-                query,
-                limit=limit,
-                since=since,
-                until=until,
-                target=target,
-                task_id=task_id,
-                scope=scope,
-                packet_types=packet_types,
-                path_filters=paths,
-                symbol_filters=symbols,
-                as_of=as_of,
-            )
-    except ValueError as e:  # the engine's own rules: a scope without --task, ...
-        raise click.UsageError(str(e)) from None
+    with usage_errors(), naming("--as-of"):  # (the engine's rules: a scope without --task...)
+        hits = store.recall(
+            query,
+            limit=limit,
+            since=since,
+            until=until,
+            target=target,
+            task_id=task_id,
+            scope=scope,
+            packet_types=packet_types,
+            path_filters=paths,
+            symbol_filters=symbols,
+            as_of=as_of,
+        )
     ctx.emit({"hits": [h.to_json() for h in hits]}, human=lambda d: _table(d["hits"]))
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -15,18 +13,9 @@ from .inputs import INTERVAL, JSON_OBJECT, SEQ_OR_TIME, FiniteFloat
 from .log import follow_log
 from .options import Ctx, examples, group_options, store_options
 from .output import dumps, iso_time, safe
-from .views import naming, open_store
+from .views import naming, open_store, usage_errors
 
 STATE_CHOICES = (*STATES, "quarantined")
-
-
-@contextmanager
-def usage_errors() -> Iterator[None]:
-    """The library's ValueError (bad input: an id, a title, a note type) is a usage error."""
-    try:
-        yield
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
 
 
 @examples("ctxledger task create --title \"fix the auth gap\" --label auth",

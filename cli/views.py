@@ -49,6 +49,16 @@ def progress_bar(ctx: Ctx, total: int, label: str) -> Iterator[Callable[[int], N
 
 
 @contextmanager
+def usage_errors() -> Iterator[None]:
+    """The library's ``ValueError`` (bad input it refuses: an id, a title, a scope
+    without a task) is a usage error: exit 2, nothing written."""
+    try:
+        yield
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@contextmanager
 def naming(option: str) -> Iterator[None]:
     """Report the library's :class:`AsOfError` (a seq past the head, say) as a usage
     error naming ``option``, the option that carried the value."""
