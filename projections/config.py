@@ -18,6 +18,7 @@ KNOWN_SETTINGS: dict[str, tuple[str, ...]] = {
     "cache": ("ttl_seconds",),
     "store": ("max_packet_bytes", "sync"),
     "checkpoint": ("every_events", "every_seconds", "close_lag"),
+    "storage": ("scope",),
 }
 """Every table of config.toml and its keys: anything else is a typo, and an error."""
 
@@ -34,42 +35,63 @@ class StoreConfig:
     checkpoint_every_events: int = 50_000
     checkpoint_every_seconds: float = 30.0
     checkpoint_close_lag: int = 256
+    storage_scope: str | None = None
+    """``[storage] scope``: ``project`` or ``agent``; None when unset (the default applies)."""
 
     @classmethod
     def load(cls, path: Path) -> StoreConfig:
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return cls()
-        except OSError as e:
-            raise ConfigError(f"cannot read {path}: {e.strerror}") from e
-        try:
-            doc: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: invalid TOML: {e}") from None
-        _no_unknown(doc, path)
-        cache, store, ckpt = (_table(doc, n, path) for n in ("cache", "store", "checkpoint"))
+        return cls(**_settings(path))
+
+    @classmethod
+    def load_layered(cls, paths: list[Path]) -> StoreConfig:
+        """Settings from several files, each a layer over the ones before it (the
+        agent home's config, then the project's): a key set later wins."""
         kw: dict[str, Any] = {}
-        _num(kw, "ttl_seconds", cache.get("ttl_seconds"), path, positive=True)
-        _num(
-            kw, "max_packet_bytes", store.get("max_packet_bytes"), path, positive=True, integer=True
-        )
-        _num(
-            kw,
-            "checkpoint_every_events",
-            ckpt.get("every_events"),
-            path,
-            positive=True,
-            integer=True,
-        )
-        _num(kw, "checkpoint_every_seconds", ckpt.get("every_seconds"), path, positive=True)
-        _num(kw, "checkpoint_close_lag", ckpt.get("close_lag"), path, positive=True, integer=True)
-        sync = store.get("sync")
-        if sync is not None:
-            if sync not in ("always", "batch", "none"):
-                raise ConfigError(f"{path}: [store] sync must be always, batch or none")
-            kw["sync"] = sync
+        for path in paths:
+            kw.update(_settings(path))
         return cls(**kw)
+
+
+def _settings(path: Path) -> dict[str, Any]:
+    """The settings ``path`` sets (validated), as StoreConfig keywords; {} if it is absent."""
+    try:
+        raw = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+    try:
+        doc: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    _no_unknown(doc, path)
+    cache, store, ckpt = (_table(doc, n, path) for n in ("cache", "store", "checkpoint"))
+    kw: dict[str, Any] = {}
+    _num(kw, "ttl_seconds", cache.get("ttl_seconds"), path, positive=True)
+    _num(
+        kw, "max_packet_bytes", store.get("max_packet_bytes"), path, positive=True, integer=True
+    )
+    _num(
+        kw,
+        "checkpoint_every_events",
+        ckpt.get("every_events"),
+        path,
+        positive=True,
+        integer=True,
+    )
+    _num(kw, "checkpoint_every_seconds", ckpt.get("every_seconds"), path, positive=True)
+    _num(kw, "checkpoint_close_lag", ckpt.get("close_lag"), path, positive=True, integer=True)
+    sync = store.get("sync")
+    if sync is not None:
+        if sync not in ("always", "batch", "none"):
+            raise ConfigError(f"{path}: [store] sync must be always, batch or none")
+        kw["sync"] = sync
+    scope = _table(doc, "storage", path).get("scope")
+    if scope is not None:
+        if scope not in ("project", "agent"):
+            raise ConfigError(f"{path}: [storage] scope must be project or agent")
+        kw["storage_scope"] = scope
+    return kw
 
 
 def _no_unknown(doc: dict[str, Any], path: Path) -> None:

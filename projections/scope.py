@@ -1,0 +1,188 @@
+"""Where a project's events, views and artifacts live: project scope or agent scope.
+
+Pure path logic: nothing here creates, opens or writes a file (config files
+are read by :mod:`projections.config`). Two places can hold a project's
+context:
+
+* **project scope** (the default): ``<canonical root>/.ctxledger/``, one store
+  per project, its own log;
+* **agent scope**: the agent home (``$CTXLEDGER_HOME``, default
+  ``~/.ctxledger/``). Its log is shared by every project in agent scope; each
+  event a project appends there carries the project's id, and every view of
+  that project folds only its own events.
+
+The agent home always holds the agent log, whatever the scope: token
+calibration lives there, shared by every project. A broad root (the home
+directory, the filesystem root) or a root that cannot be resolved never gets a
+store of its own: it falls back to agent scope, and :class:`Layout` says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+HOME_ENV = "CTXLEDGER_HOME"
+STORE_DIR = ".ctxledger"
+SCOPES = ("project", "agent")
+PROJECT_TAG = "project"
+"""The data field that names an event's project in the agent log (agent scope)."""
+
+
+def agent_home(env: Mapping[str, str] | None = None) -> Path:
+    """``$CTXLEDGER_HOME`` made absolute, else ``~/.ctxledger``."""
+    env = os.environ if env is None else env
+    raw = env.get(HOME_ENV)
+    if raw:
+        return Path(os.path.abspath(os.path.expanduser(raw)))
+    return Path(os.path.expanduser("~")) / STORE_DIR
+
+
+def canonical_root(root: str | os.PathLike[str]) -> Path | None:
+    """``root`` absolute with every symlink resolved (a missing tail is kept as
+    given); None when it cannot be resolved (a symlink loop, an unreadable or
+    undecodable component)."""
+    try:
+        return Path(os.path.realpath(os.path.abspath(root), strict=False))
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def project_id(canonical: Path) -> str:
+    """The project's id: the first 32 hex digits of sha256 of its canonical root path."""
+    raw = os.fsencode(str(canonical))
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+def broad_root(canonical: Path) -> str | None:
+    """Why ``canonical`` is too broad to hold a project store, or None if it is not."""
+    if canonical == Path(canonical.anchor):
+        return "the filesystem root"
+    home = canonical_root(os.path.expanduser("~"))
+    if home is not None and canonical == home:
+        return "the home directory"
+    return None
+
+
+@attrs.frozen
+class Layout:
+    """The scope in force for one project root and the paths that follow from it."""
+
+    root: Path
+    """The root as given, made absolute."""
+    canonical: Path
+    """The root with symlinks resolved (the root as given when it cannot be)."""
+    project_id: str
+    scope: str
+    """``project`` or ``agent``."""
+    reason: str
+    """Why this scope: ``default``, ``flag``, ``project config``, ``agent config``,
+    ``broad root`` or ``unresolvable root``."""
+    detail: str
+    """One line for people, saying the same with paths."""
+    home: Path
+
+    @property
+    def fallback(self) -> bool:
+        """Agent scope forced by the root itself (broad or unresolvable)."""
+        return self.reason in ("broad root", "unresolvable root")
+
+    @property
+    def project_dir(self) -> Path:
+        """``<canonical root>/.ctxledger``: the project store's place (used in project scope;
+        its config.toml is read in either scope, unless the root is a fallback)."""
+        return self.canonical / STORE_DIR
+
+    @property
+    def store_dir(self) -> Path:
+        """The directory whose ``log/`` holds this project's events."""
+        return self.project_dir if self.scope == "project" else self.home
+
+    @property
+    def log_dir(self) -> Path:
+        return self.store_dir / "log"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        if self.scope == "project":
+            return self.project_dir / "checkpoints"
+        return self.home / "projects" / self.project_id / "checkpoints"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        if self.scope == "project":
+            return self.project_dir / "artifacts"
+        return self.home / "artifacts" / self.project_id
+
+    @property
+    def tag(self) -> str | None:
+        """The project id events carry in the shared agent log; None in project scope."""
+        return self.project_id if self.scope == "agent" else None
+
+    @property
+    def agent_log_dir(self) -> Path:
+        """The agent log (calibration, whatever the scope)."""
+        return self.home / "log"
+
+    @property
+    def agent_checkpoints_dir(self) -> Path:
+        """Checkpoints of the agent's own views (calibration)."""
+        return self.home / "checkpoints"
+
+    @property
+    def config_paths(self) -> list[Path]:
+        """Config files in force, weakest first: the agent's, then the project's."""
+        paths = [self.home / "config.toml"]
+        if not self.fallback:
+            paths.append(self.project_dir / "config.toml")
+        return paths
+
+
+def resolve(
+    root: str | os.PathLike[str],
+    *,
+    home: Path | None = None,
+    flag: str | None = None,
+    agent_setting: str | None = None,
+    project_setting: str | None = None,
+) -> Layout:
+    """The layout for ``root``: ``flag`` (``--storage-scope``) beats the project's
+    config, which beats the agent's, which beats the default (``project``); a
+    broad or unresolvable root is agent scope whatever was asked.
+
+    The settings are the ``[storage] scope`` values already read from the two
+    config files (None where unset): this function reads nothing.
+    """
+    for value in (flag, agent_setting, project_setting):
+        if value is not None and value not in SCOPES:
+            raise ValueError(f"storage scope must be project or agent, not {value!r}")
+    home = agent_home() if home is None else home
+    given = Path(os.path.abspath(root))
+    canon = canonical_root(given)
+    pid = project_id(canon if canon is not None else given)
+
+    def layout(scope: str, reason: str, detail: str) -> Layout:
+        return Layout(given, canon or given, pid, scope, reason, detail, home)
+
+    if canon is None:
+        return layout("agent", "unresolvable root",
+                      f"{given} cannot be resolved: its context lives in the agent home")
+    broad = broad_root(canon)
+    if broad is not None:
+        return layout("agent", "broad root",
+                      f"{canon} is {broad}: no project store is made there; "
+                      "its context lives in the agent home")
+    if flag is not None:
+        return layout(flag, "flag", f"--storage-scope {flag}")
+    if project_setting is not None:
+        where = canon / STORE_DIR / "config.toml"
+        return layout(project_setting, "project config",
+                      f"[storage] scope = {project_setting!r} in {where}")
+    if agent_setting is not None:
+        return layout(agent_setting, "agent config",
+                      f"[storage] scope = {agent_setting!r} in {home / 'config.toml'}")
+    return layout("project", "default", "project scope is the default")
