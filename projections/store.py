@@ -39,7 +39,6 @@ from .answers import (
     UnknownKeyError,
     seq_at,
 )
-from .artifacts import ArtifactDir, ArtifactRef, GcResult, entry_document
 from .cache import CacheState, EntryRef, key_prefix
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
@@ -54,6 +53,7 @@ from .runner import Progress, Projection, Runner, State, fold, paused_gc
 from .task_api import Agent, Tasks
 
 if TYPE_CHECKING:
+    from .artifacts import ArtifactDir, ArtifactRef, GcResult
     from .recall import RecallHit
     from .recall_view import RecallState
 
@@ -569,6 +569,8 @@ class ContextStore:
 
     @property
     def artifacts(self) -> ArtifactDir:
+        from .artifacts import ArtifactDir  # (hashlib loads OpenSSL: only when used)
+
         return ArtifactDir(self.artifacts_dir)
 
     def write_artifact(self, key: str) -> ArtifactRef:
@@ -578,6 +580,8 @@ class ContextStore:
         entry = self.get(full)
         if entry is None:  # expired since it was resolved
             raise UnknownKeyError(full)
+        from .artifacts import entry_document
+
         return self.artifacts.write(entry_document(entry))
 
     def artifact_gc(self, dry_run: bool = False) -> GcResult:
