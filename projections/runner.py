@@ -20,7 +20,7 @@ from eventstore import Event, LedgerIOError, LogBackend
 from eventstore.event import EVENT_BUILDERS
 
 from .checkpoints import CheckpointDir
-from .scope import PROJECT_TAG
+from .scope import is_project_event
 
 Progress = Callable[[int], None]
 
@@ -358,8 +358,7 @@ def fold(
 def project_events(events: Iterable[Event], states: list[State], project: str) -> Iterator[Event]:
     """The events of ``project`` among ``events``; the others only advance watermarks."""
     for ev in events:
-        data = ev.data
-        if isinstance(data, dict) and data.get(PROJECT_TAG) == project:
+        if is_project_event(ev, project):
             yield ev
             continue
         seq = ev.seq

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import attrs
 
+from eventstore import Event
+
 HOME_ENV = "CTXLEDGER_HOME"
 STORE_DIR = ".ctxledger"
 SCOPES = ("project", "agent")
@@ -184,3 +186,26 @@ def resolve(
         reason = "agent config" if setting_from == home / "config.toml" else "project config"
         return layout(setting, reason, f"[storage] scope = {setting!r} in {setting_from}")
     return layout("project", "default", "project scope is the default")
+
+
+def tag_event(event: Event, project: str) -> Event:
+    """``event`` with ``project`` in its data, for the shared agent log.
+
+    Refuses (``ValueError``) data that already names another project: the field
+    is reserved in agent scope.
+    """
+    data = event.data
+    have = data.get(PROJECT_TAG, project)
+    if have != project:
+        raise ValueError(
+            f"data field {PROJECT_TAG!r} is reserved in agent scope (it names the project)"
+        )
+    if PROJECT_TAG in data:
+        return event
+    return attrs.evolve(event, data={PROJECT_TAG: project, **data})
+
+
+def is_project_event(event: Event, project: str) -> bool:
+    """Does ``event`` belong to ``project`` in the shared agent log?"""
+    data = event.data
+    return isinstance(data, dict) and data.get(PROJECT_TAG) == project

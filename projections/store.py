@@ -50,7 +50,7 @@ from .packet import (
     verbatim_packet,
 )
 from .runner import Progress, Projection, Runner, State, fold, paused_gc
-from .scope import PROJECT_TAG, Layout
+from .scope import Layout
 from .task_api import Agent, Tasks
 
 if TYPE_CHECKING:
@@ -369,25 +369,13 @@ class ContextStore:
         default: ``events`` themselves) into the views without reading them back."""
         self._check_writable()
         if self._tag is not None:
-            events = [self._tagged(e) for e in events]
+            events = [scope.tag_event(e, self._tag) for e in events]
         self.runner.before_append(len(events))
         receipt = self.ledger.append(events, expected_head=expected_head)
         rows = folded if folded is not None else [(e.kind, e.key, e.data) for e in events]
         self.runner.fold_own(rows, receipt.first_seq, receipt.at, nbytes)
         self.runner.maybe_checkpoint(receipt.last_seq)
         return receipt
-
-    def _tagged(self, event: Event) -> Event:
-        """``event`` with this project's id in its data (agent scope: the log is shared)."""
-        data = event.data
-        have = data.get(PROJECT_TAG, self._tag)
-        if have != self._tag:
-            raise ValueError(
-                f"data field {PROJECT_TAG!r} is reserved in agent scope (it names the project)"
-            )
-        if PROJECT_TAG in data:
-            return event
-        return attrs.evolve(event, data={PROJECT_TAG: self._tag, **data})
 
     def _check_writable(self) -> None:
         if self._closed:
