@@ -49,6 +49,7 @@ COMMANDS: dict[str, str] = {
     "task": "cli.task:task",
     "agent": "cli.agent:agent",
     "mcp": "cli.mcp:mcp",
+    "storage": "cli.storage:storage",
 }
 """Every top-level command: name -> ``"module:attribute"`` of a click command or group."""
 

@@ -49,8 +49,8 @@ def canonical_root(root: str | os.PathLike[str]) -> Path | None:
     given); None when it cannot be resolved (a symlink loop, an unreadable or
     undecodable component)."""
     try:
-        return Path(os.path.realpath(os.path.abspath(root), strict=False))
-    except (OSError, RuntimeError, ValueError):
+        return Path(os.path.abspath(root)).resolve(strict=False)
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop (3.11, 3.12)
         return None
 
 

@@ -55,7 +55,8 @@ def cli(*args: str, input: str | bytes | None = None, env: dict[str, str] | None
 
 
 def proc_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXLEDGER_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CTXLEDGER_") or k == "CTXLEDGER_HOME"}  # (conftest's own home)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env

@@ -374,7 +374,8 @@ def test_bad_input(
 ) -> None:
     if "/etc/passwd" in str(argv) and not Path("/etc/passwd").is_file():
         pytest.skip("needs /etc/passwd")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXLEDGER_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CTXLEDGER_") or k == "CTXLEDGER_HOME"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["CTXLEDGER_HOME"] = str(store_root / "home")  # (demo without --root stays in here)
     before = _digest(store_root)
