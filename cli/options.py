@@ -145,8 +145,8 @@ class Ctx:
         """For people, one ``warning: ...`` line each on stderr (``--json`` carries them
         in its document instead); never changes the exit code."""
         if not self.json:
-            for w in warnings:
-                click.echo(f"warning: {w}", err=True)
+            for w in warnings:  # they name paths and stored text: escaped like any output
+                click.echo(f"warning: {output.safe(w)}", err=True)
 
     def exit(self, code: int) -> None:
         """End the command with ``code`` after its output (e.g. 1 from a failed verify)."""

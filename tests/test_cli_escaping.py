@@ -82,6 +82,8 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("store", "list"), ["store", "list", *R], None),
         (("store", "list"), ["store", "list", *R, "--since", HOSTILE], None),
         (("store", "stats"), ["store", "stats", *R], None),
+        (("storage",), ["storage", *R], None),  # the hostile root is printed, and mode warnings
+        (("storage",), ["storage", *R, "--storage-scope", "agent"], None),
         (("recall",), ["recall", *R, "-q", f"auth {HOSTILE}"], None),
         (("recall",), ["recall", *R, "-q", "auth", "--scope", HOSTILE], None),
         (("replay",), ["replay", *R], None),
