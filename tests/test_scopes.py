@@ -292,3 +292,45 @@ def test_storage_reports_paths_logs_views_and_modes(roots: tuple[Path, Path], ho
     # a project store the agent scope in force does not read is pointed out
     rep = storage_report(a, storage_scope="agent")
     assert any("not read" in w for w in rep["warnings"])
+
+
+# --- concurrency ------------------------------------------------------------------------
+
+WRITER = """
+import sys
+from projections import ContextStore
+root, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with ContextStore.open(root, storage_scope="agent") as st:
+    for i in range(n):
+        r = st.put({"target": name, "summary": f"{name} packet {i}"})
+        print(r.cache_key, flush=True)  # acknowledged: durable once put returns
+"""
+
+
+def test_two_projects_writing_the_agent_log_at_once_lose_nothing(
+    roots: tuple[Path, Path], home: Path
+) -> None:
+    import subprocess
+    import sys
+
+    a, b = roots
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "CTXLEDGER_HOME": str(home)}
+    n = 40
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(r), r.name, str(n)],
+                         stdout=subprocess.PIPE, text=True, env=env)
+        for r in (a, b)
+    ]
+    acked = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        acked.append(out.split())
+    with Ledger.open(home / "log", readonly=True) as led:
+        assert led.head == 2 * n and led.verify().ok
+    for r, keys in zip((a, b), acked, strict=True):
+        assert len(keys) == n
+        with ContextStore.open(r, storage_scope="agent", readonly=True) as st:
+            assert {e.cache_key for e in st.list(limit=1000)} == set(keys)
+            assert {e.target for e in st.list(limit=1000)} == {r.name}
