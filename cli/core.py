@@ -17,18 +17,26 @@ from .output import safe
 @click.command("init")
 @store_options
 def init(ctx: Ctx) -> None:
-    """Create the store at ROOT/.ctxledger/; idempotent.
+    """Create the store for ROOT; idempotent.
 
+    In project scope (the default) the store is ROOT/.ctxledger/, with a
+    .gitignore so it is never committed. In agent scope (--storage-scope agent,
+    [storage] scope = "agent" in config, or a broad root such as your home
+    directory) the project's context goes to the agent home's shared log
+    ($CTXLEDGER_HOME, default ~/.ctxledger/), and nothing is created at ROOT.
     An existing store is left as is. Only init creates a store, so a mistyped
     --root elsewhere fails instead of silently starting an empty one.
     """
-    from projections import init_store  # here: verify, in this module too, never needs it
+    from projections.store import init_layout  # here: verify never needs it
 
-    created = init_store(ctx.root)
+    lay = ctx.layout
+    created = init_layout(lay)
     said = "created store" if created else "store already exists:"
+    scope = f" ({lay.scope} scope: {lay.detail})" if lay.scope == "agent" else ""
     ctx.emit(
-        {"root": str(ctx.root), "store": str(ctx.store_dir), "created": created},
-        human=f"{said} {safe(str(ctx.store_dir))}",
+        {"root": str(ctx.root), "store": str(ctx.store_dir), "created": created,
+         "storage_scope": lay.scope, "scope_reason": lay.reason, "project_id": lay.project_id},
+        human=f"{said} {safe(str(ctx.store_dir))}{safe(scope)}",
     )
 
 

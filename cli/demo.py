@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import time
@@ -13,19 +12,19 @@ import click
 
 from projections import ContextStore
 from projections.corpus import stdlib_packets
+from projections.scope import HOME_ENV as HOME_ENV  # (re-exported: older tests import it here)
+from projections.scope import agent_home
 
 from .options import Ctx, examples, store_options
 from .output import safe
 from .views import iso, progress_bar
 
-HOME_ENV = "CTXLEDGER_HOME"
 BATCH = 500
 
 
 def demo_root() -> Path:
     """The demo's own store: ``$CTXLEDGER_HOME/demo`` (default ``~/.ctxledger/demo``)."""
-    home = os.environ.get(HOME_ENV) or os.path.join(os.path.expanduser("~"), ".ctxledger")
-    return Path(home) / "demo"
+    return agent_home() / "demo"
 
 
 @examples("ctxledger demo", "ctxledger demo --packets 500 --query 'json decoder' --json")
@@ -53,14 +52,15 @@ def demo(ctx: Ctx, packets: int, query: str) -> None:
     (notes, a handoff), prints stats and verifies the log.
     """
     if ctx.root_given:
-        root = ctx.root
-    else:
-        root = demo_root()
+        root, scope = ctx.root, ctx.storage_scope
+    else:  # its own disposable project store, whatever scope the config asks for
+        root, scope = demo_root(), "project"
         shutil.rmtree(root / ".ctxledger", ignore_errors=True)
     pkts = list(stdlib_packets(limit=packets, seed=0))
-    report: dict[str, Any] = {"root": str(root), "store": str(root / ".ctxledger")}
     t0 = time.perf_counter()
-    store = ctx.managed(ContextStore.open(root))
+    store = ctx.managed(ContextStore.open(root, storage_scope=scope))
+    report: dict[str, Any] = {"root": str(root), "store": str(store.path),
+                              "storage_scope": store.layout.scope}
     with progress_bar(ctx, len(pkts), "caching stdlib packets") as bar:
         for i in range(0, len(pkts), BATCH):
             store.put_many(pkts[i : i + BATCH])

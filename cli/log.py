@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import errno
 import itertools
 import select
@@ -25,7 +26,10 @@ from .output import event_json, event_line, iso_time, safe
 def log() -> None:
     """Append and read raw events.
 
-    The log is the source of truth that every view is folded from.
+    The log is the source of truth that every view is folded from. In agent
+    scope the log is the agent home's, shared by every project in agent scope:
+    show and tail print only this project's events, append tags the event with
+    the project's id, head and verify cover the whole shared log.
     """
 
 
@@ -69,8 +73,17 @@ def log_append(
     Prints the seq it got. Meant for scripts and debugging; views write their
     own events through the library.
     """
+    event = Event(kind, key, data)
+    tag = ctx.layout.tag
+    if tag is not None:
+        from projections.scope import tag_event
+
+        try:
+            event = tag_event(event, tag)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--data'") from None
     led = ctx.ledger(write=True)
-    r = led.append([Event(kind, key, data)], expected_head=expected_head, batch_id=batch_id)
+    r = led.append([event], expected_head=expected_head, batch_id=batch_id)
     ctx.emit(_receipt_json(r), human=_receipt_text(r))
 
 
@@ -128,8 +141,18 @@ def log_show(
     """
     if to_seq is not None and to_seq < from_seq:
         raise click.BadParameter(f"{to_seq} is before --from {from_seq}", param_hint="'--to'")
-    events = ctx.ledger().read(from_seq, to_seq)
+    events = _ours(ctx, ctx.ledger().read(from_seq, to_seq))
     _emit_events(ctx, _select(events, kind, key, limit))
+
+
+def _ours(ctx: Ctx, events: Iterable[Event]) -> Iterable[Event]:
+    """In agent scope, only this project's events of the shared log; else all of them."""
+    tag = ctx.layout.tag
+    if tag is None:
+        return events
+    from projections.scope import is_project_event
+
+    return (e for e in events if is_project_event(e, tag))
 
 
 def _select(
@@ -183,11 +206,16 @@ def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
     """
     led = ctx.ledger()
     head = led.head
-    recent = led.read(max(1, head - count + 1), head) if count and head else iter(())
+    recent: Iterable[Event]
+    if ctx.layout.tag is None:
+        recent = led.read(max(1, head - count + 1), head) if count and head else iter(())
+    else:  # the project's newest events may be anywhere in the shared log
+        recent = collections.deque(_ours(ctx, led.read(1, head)), maxlen=count) if count \
+            else iter(())
     if not follow:
         _emit_events(ctx, recent)
         return
-    for e in itertools.chain(recent, follow_log(led, head, interval)):
+    for e in itertools.chain(recent, _ours(ctx, follow_log(led, head, interval))):
         if ctx.json:
             ctx.emit_jsonl(event_json(e))
         else:

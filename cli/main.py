@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "agent": "cli.agent:agent",
     "artifact": "cli.artifact:artifact",
     "mcp": "cli.mcp:mcp",
+    "storage": "cli.storage:storage",
 }
 """Every top-level command: name -> ``"module:attribute"`` of a click command or group."""
 

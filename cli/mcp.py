@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from projections.scope import HOME_ENV
+
 from .options import Ctx, examples, group_options, store_options
 from .output import safe
 from .views import open_store
@@ -81,19 +83,28 @@ def mcp_config(ctx: Ctx, client: str) -> None:
         raise click.ClickException(
             f"the root {safe(str(ctx.root))} is not UTF-8 text, which a JSON config cannot "
             "hold; use a root whose path is") from None
-    click.echo(json.dumps(client_config(client, server_command(root)), indent=2))
+    cmd = server_command(root, ctx.storage_scope, os.environ.get(HOME_ENV))
+    click.echo(json.dumps(client_config(client, cmd), indent=2))
 
 
-def server_command(root: str) -> dict[str, Any]:
-    """``{"command", "args", "env"}`` that start ``ctxledger mcp --root ROOT``."""
+def server_command(root: str, storage_scope: str | None = None,
+                   home: str | None = None) -> dict[str, Any]:
+    """``{"command", "args", "env"}`` that start ``ctxledger mcp --root ROOT`` (with the
+    ``--storage-scope`` and ``$CTXLEDGER_HOME`` this command was given, so the
+    server opens the same store)."""
     exe = os.path.abspath(sys.executable)  # not resolved: a venv's python is a symlink
     script = Path(exe).parent / "ctxledger"
-    if script.is_file() and os.access(script, os.X_OK):
-        return {"command": str(script), "args": ["mcp", "--root", root], "env": {}}
+    args = ["mcp", "--root", root]
+    if storage_scope is not None:
+        args += ["--storage-scope", storage_scope]
     env: dict[str, str] = {}
+    if home:
+        env[HOME_ENV] = os.path.abspath(home)
+    if script.is_file() and os.access(script, os.X_OK):
+        return {"command": str(script), "args": args, "env": env}
     if not _installed():  # running from a checkout: the client's Python must find cli/
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-    return {"command": exe, "args": ["-m", "cli", "mcp", "--root", root], "env": env}
+    return {"command": exe, "args": ["-m", "cli", *args], "env": env}
 
 
 def client_config(client: str, cmd: dict[str, Any]) -> dict[str, Any]:

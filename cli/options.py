@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import click
@@ -43,6 +43,11 @@ from .inputs import read_stdin_bytes as read_stdin_bytes
 STORE_DIR = ".ctxledger"
 ROOT_ENV = "CTXLEDGER_ROOT"
 _ROOT_META, _JSON_META = "ctxledger.root", "ctxledger.json"  # set by a group's options
+_SCOPE_META = "ctxledger.storage_scope"
+SCOPE_CHOICES = ("project", "agent")
+
+if TYPE_CHECKING:
+    from projections.scope import Layout
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=click.Command)
@@ -56,26 +61,38 @@ class Ctx:
     root: Path
     json: bool = False
     root_given: bool = False  # --root (at any level) or $CTXLEDGER_ROOT chose the root
+    storage_scope: str | None = None  # --storage-scope, if given
+    _layout: Layout | None = None
     json_mode: str | None = None
     """With :func:`json_modes`: the ``--json=MODE`` asked for (None without --json)."""
 
     # --- layout ---------------------------------------------------------------------
 
     @property
+    def layout(self) -> Layout:
+        """Which store is in force for the root, and why (project or agent scope)."""
+        if self._layout is None:
+            from projections.store import open_layout  # config files are read here, once
+
+            self._layout = open_layout(self.root, storage_scope=self.storage_scope)[0]
+        return self._layout
+
+    @property
     def store_dir(self) -> Path:
-        return self.root / STORE_DIR
+        """The directory whose ``log/`` holds this project's events."""
+        return self.layout.store_dir
 
     @property
     def log_dir(self) -> Path:
-        return self.store_dir / "log"
+        return self.layout.log_dir
 
     @property
     def checkpoints_dir(self) -> Path:
-        return self.store_dir / "checkpoints"
+        return self.layout.checkpoints_dir
 
     @property
     def artifacts_dir(self) -> Path:
-        return self.store_dir / "artifacts"
+        return self.layout.artifacts_dir
 
     def require_store(self) -> None:
         """Fail with one clear line unless ``ctxledger init`` has run at this root."""
@@ -130,7 +147,7 @@ class Ctx:
         """For people, one ``warning: ...`` line each on stderr (``--json`` carries them
         in its document instead); never changes the exit code."""
         if not self.json:
-            for w in warnings:  # they name paths: a file name can hold anything
+            for w in warnings:  # they name paths and stored text: escaped like any output
                 click.echo(f"warning: {output.safe(w)}", err=True)
 
     def exit(self, code: int) -> None:
@@ -151,6 +168,16 @@ _ROOT_HELP = (
     f"Default: ${ROOT_ENV}, else the current directory."
 )
 _JSON_HELP = "Print one JSON document on stdout."
+_SCOPE_HELP = (
+    "Where the project's context lives: project (ROOT/.ctxledger/) or agent (the agent "
+    "home, $CTXLEDGER_HOME or ~/.ctxledger/). Default: [storage] scope in config, else project."
+)
+
+
+def _scope_option(**kw: Any) -> Callable[[F], F]:
+    return click.option(
+        "--storage-scope", type=click.Choice(SCOPE_CHOICES), default=None, **kw
+    )
 
 
 def _root_option(**kw: Any) -> Callable[[F], F]:
@@ -187,9 +214,13 @@ def _with_store_options(f: F, modes: tuple[str, ...], json_help: str = _JSON_HEL
     )
 
     @json_option
+    @_scope_option(help=_SCOPE_HELP)
     @_root_option(help=_ROOT_HELP)
     @functools.wraps(f)
-    def command(*args: Any, root: Path | None, as_json: bool | str | None, **kwargs: Any) -> Any:
+    def command(
+        *args: Any, root: Path | None, as_json: bool | str | None, storage_scope: str | None,
+        **kwargs: Any,
+    ) -> Any:
         cctx = click.get_current_context()
         check_text_arguments(cctx, kwargs)
         if root is None:
@@ -198,7 +229,9 @@ def _with_store_options(f: F, modes: tuple[str, ...], json_help: str = _JSON_HEL
         if not as_json and cctx.meta.get(_JSON_META):
             as_json = modes[0] if modes else True
         mode = as_json if isinstance(as_json, str) else None
-        return f(Ctx(resolve_root(root), bool(as_json), given, mode), *args, **kwargs)
+        scope = storage_scope or cctx.meta.get(_SCOPE_META)
+        return f(Ctx(resolve_root(root), bool(as_json), given, scope, json_mode=mode),
+                 *args, **kwargs)
 
     return command  # type: ignore[return-value]
 
@@ -216,6 +249,10 @@ def group_options(f: F) -> F:
     f = click.option(
         "--json", is_flag=True, expose_value=False, callback=_remember(_JSON_META),
         help=f"{_JSON_HELP} (For every command below.)",
+    )(f)
+    f = _scope_option(
+        expose_value=False, callback=_remember(_SCOPE_META),
+        help=f"{_SCOPE_HELP} (For every command below.)",
     )(f)
     return _root_option(
         expose_value=False, callback=_remember(_ROOT_META),

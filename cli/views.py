@@ -29,7 +29,8 @@ def open_store(
     ctx.require_store()
     return ctx.managed(
         ContextStore.open(
-            ctx.root, readonly=not write, progress=progress, map_checkpoints=not write
+            ctx.root, readonly=not write, progress=progress, map_checkpoints=not write,
+            storage_scope=ctx.storage_scope,
         )
     )
 

@@ -43,13 +43,18 @@ class StoreConfig:
         return cls(**_settings(path))
 
     @classmethod
-    def load_layered(cls, paths: list[Path]) -> StoreConfig:
+    def load_layered(cls, paths: list[Path]) -> tuple[StoreConfig, Path | None]:
         """Settings from several files, each a layer over the ones before it (the
-        agent home's config, then the project's): a key set later wins."""
+        agent home's config, then the project's): a key set later wins. Also
+        returns the file that set ``[storage] scope`` (None: none did)."""
         kw: dict[str, Any] = {}
+        scope_from = None
         for path in paths:
-            kw.update(_settings(path))
-        return cls(**kw)
+            layer = _settings(path)
+            if "storage_scope" in layer:
+                scope_from = path
+            kw.update(layer)
+        return cls(**kw), scope_from
 
 
 def _settings(path: Path) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from eventstore.frame import encode_row
 from eventstore.jsontext import JSONTextError, loads_strict
 
 from .cache import PUT
+from .scope import PROJECT_TAG
 
 DEFAULT_MAX_PACKET_BYTES = 16 * 1024 * 1024
 LIST_FIELDS = ("paths", "symbols", "tests", "task_ids", "packet_types")
@@ -164,26 +165,35 @@ def _too_deep() -> InvalidPacketError:
 
 
 def packet_data(
-    canonical: bytes, depth: int, metadata: Mapping[str, Any] | None, body: Any = None
+    canonical: bytes,
+    depth: int,
+    metadata: Mapping[str, Any] | None,
+    body: Any = None,
+    project: str | None = None,
 ) -> dict[str, Any]:
     """The data of a ``cache.put`` event; a plain packet (``depth >= 0``) is stored
     as its canonical bytes verbatim, anything else as the value ``body``.
 
-    The packet comes last in the event's CBOR (keys ``bytes``, ``metadata``,
-    ``packet``, in canonical order), so a point read finds its bytes at the
-    end of the event's row: the row's last ``bytes`` bytes hash to the key.
+    The packet comes last in the event's CBOR (keys ``project`` in agent scope,
+    ``bytes``, ``metadata``, ``packet``, in that order), so a point read finds
+    its bytes at the end of the event's row: the row's last ``bytes`` bytes
+    hash to the key.
     """
-    data: dict[str, Any] = {"bytes": len(canonical)}
+    data: dict[str, Any] = {} if project is None else {PROJECT_TAG: project}
+    data["bytes"] = len(canonical)
     if metadata:
         data["metadata"] = dict(metadata)
     data["packet"] = Encoded(canonical, depth) if depth >= 0 else body
     return data
 
 
-def verbatim_packet(row: bytes, key: str, nbytes: int) -> memoryview | None:
+def verbatim_packet(
+    row: bytes, key: str, nbytes: int, project: str | None = None
+) -> memoryview | None:
     """The packet's bytes in ``row``, if ``row`` is exactly the event row
     :func:`packet_data` makes for a plain ``nbytes``-byte packet under ``key``
-    without metadata; else None. Whether they hash to the key is the caller's check.
+    without metadata (for ``project``, in agent scope); else None. Whether they
+    hash to the key is the caller's check.
 
     The row is the packet's bytes after a head that depends only on ``key`` and
     ``nbytes``: the head is compared and the packet viewed, nothing copied (a
@@ -191,7 +201,7 @@ def verbatim_packet(row: bytes, key: str, nbytes: int) -> memoryview | None:
     """
     if not 0 < nbytes < len(row):
         return None
-    data = packet_data(b"", 0, None)
+    data = packet_data(b"", 0, None, project=project)
     data["bytes"] = nbytes  # the head of the row of any nbytes-byte packet
     head = encode_row([PUT, key, data])
     if len(head) + nbytes != len(row) or not row.startswith(head):

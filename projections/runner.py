@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import attrs
@@ -20,6 +20,7 @@ from eventstore import Event, LedgerIOError, LogBackend
 from eventstore.event import EVENT_BUILDERS
 
 from .checkpoints import CheckpointDir
+from .scope import is_project_event
 
 Progress = Callable[[int], None]
 
@@ -71,8 +72,11 @@ class Runner:
         every_seconds: float = 30.0,
         close_lag: int = 256,
         every_bytes: int = 64 * 1024 * 1024,
+        project: str | None = None,
     ) -> None:
         self.ledger = ledger
+        self.project = project
+        """Agent scope: fold only events whose data names this project (:func:`fold`)."""
         self.ckdir = ckdir
         self.every_events = every_events
         self.every_seconds = every_seconds
@@ -92,7 +96,7 @@ class Runner:
         if v is None:
             v = self.views[name] = self._load(self.projections[name])
             if v.state.seq < self.ledger.head:  # (a read past the head would still seek)
-                fold(self.ledger, [v.state], v.state.seq + 1, None, progress)
+                fold(self.ledger, [v.state], v.state.seq + 1, None, progress, self.project)
         return v
 
     def state(self, name: str) -> State:
@@ -141,7 +145,7 @@ class Runner:
         low = min(s.seq for s in states)
         if low >= (self.ledger.head if until is None else until):
             return 0  # the usual case for a read: nothing new (a read would list segments)
-        return fold(self.ledger, states, low + 1, until, progress)
+        return fold(self.ledger, states, low + 1, until, progress, self.project)
 
     def before_append(self, count: int) -> None:
         """Load now the views that this append would leave ``close_lag`` events behind.
@@ -288,7 +292,8 @@ class Runner:
         checkpoint file as they were. Views that index in bulk do it here.
         """
         fresh = {n: self.projections[n].new() for n in names}
-        n = fold(self.ledger if log is None else log, list(fresh.values()), 1, None, progress)
+        n = fold(self.ledger if log is None else log, list(fresh.values()), 1, None, progress,
+                 self.project)
         for st in fresh.values():
             settle = getattr(st, "settle", None)
             if settle is not None:
@@ -332,15 +337,34 @@ def fold(
     from_seq: int,
     until: int | None = None,
     progress: Progress | None = None,
+    project: str | None = None,
 ) -> int:
-    """Apply events ``from_seq..until`` to every state (each skips what it has).
+    """Apply events ``from_seq..until`` to every state (each skips what it has);
+    returns how many were applied.
+
+    ``project`` (agent scope, where one log holds every project's events): only
+    events whose data names this project are applied; any other event moves
+    the states' watermarks past it and changes nothing else, so a view of one
+    project never sees another's entries, and never reads them twice.
 
     The cyclic garbage collector is paused meanwhile: a fold allocates
     millions of short-lived acyclic objects, and collections triggered by them
     cost about a third of the time, for nothing.
     """
     with paused_gc():
-        return _fold(ledger, states, from_seq, until, progress)
+        return _fold(ledger, states, from_seq, until, progress, project)
+
+
+def project_events(events: Iterable[Event], states: list[State], project: str) -> Iterator[Event]:
+    """The events of ``project`` among ``events``; the others only advance watermarks."""
+    for ev in events:
+        if is_project_event(ev, project):
+            yield ev
+            continue
+        seq = ev.seq
+        for st in states:
+            if st.seq < seq:
+                st.seq = seq
 
 
 def _fold(
@@ -349,19 +373,23 @@ def _fold(
     from_seq: int,
     until: int | None,
     progress: Progress | None,
+    project: str | None,
 ) -> int:
     n = 0
     applies = [st.apply for st in states]
     step = 1024  # progress granularity
+    events: Iterable[Event] = ledger.read(from_seq, until)
+    if project is not None:
+        events = project_events(events, states, project)
     if len(applies) == 1:
         (apply,) = applies
-        for ev in ledger.read(from_seq, until):
+        for ev in events:
             apply(ev)
             n += 1
             if progress is not None and not n % step:
                 progress(step)
     else:
-        for ev in ledger.read(from_seq, until):
+        for ev in events:
             for apply in applies:
                 apply(ev)
             n += 1

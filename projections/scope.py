@@ -26,6 +26,8 @@ from pathlib import Path
 
 import attrs
 
+from eventstore import Event
+
 HOME_ENV = "CTXLEDGER_HOME"
 STORE_DIR = ".ctxledger"
 SCOPES = ("project", "agent")
@@ -47,8 +49,8 @@ def canonical_root(root: str | os.PathLike[str]) -> Path | None:
     given); None when it cannot be resolved (a symlink loop, an unreadable or
     undecodable component)."""
     try:
-        return Path(os.path.realpath(os.path.abspath(root), strict=False))
-    except (OSError, RuntimeError, ValueError):
+        return Path(os.path.abspath(root)).resolve(strict=False)
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop (3.11, 3.12)
         return None
 
 
@@ -81,7 +83,7 @@ class Layout:
     """``project`` or ``agent``."""
     reason: str
     """Why this scope: ``default``, ``flag``, ``project config``, ``agent config``,
-    ``broad root`` or ``unresolvable root``."""
+    ``config`` (a config object the caller passed), ``broad root`` or ``unresolvable root``."""
     detail: str
     """One line for people, saying the same with paths."""
     home: Path
@@ -147,17 +149,17 @@ def resolve(
     *,
     home: Path | None = None,
     flag: str | None = None,
-    agent_setting: str | None = None,
-    project_setting: str | None = None,
+    setting: str | None = None,
+    setting_from: Path | None = None,
 ) -> Layout:
-    """The layout for ``root``: ``flag`` (``--storage-scope``) beats the project's
-    config, which beats the agent's, which beats the default (``project``); a
-    broad or unresolvable root is agent scope whatever was asked.
+    """The layout for ``root``.
 
-    The settings are the ``[storage] scope`` values already read from the two
-    config files (None where unset): this function reads nothing.
+    ``flag`` (``--storage-scope``) beats ``setting`` (``[storage] scope`` as the
+    config files set it, read by the caller: this function reads nothing;
+    ``setting_from`` is the file that set it), which beats the default
+    (``project``). A broad or unresolvable root is agent scope whatever was asked.
     """
-    for value in (flag, agent_setting, project_setting):
+    for value in (flag, setting):
         if value is not None and value not in SCOPES:
             raise ValueError(f"storage scope must be project or agent, not {value!r}")
     home = agent_home() if home is None else home
@@ -178,11 +180,32 @@ def resolve(
                       "its context lives in the agent home")
     if flag is not None:
         return layout(flag, "flag", f"--storage-scope {flag}")
-    if project_setting is not None:
-        where = canon / STORE_DIR / "config.toml"
-        return layout(project_setting, "project config",
-                      f"[storage] scope = {project_setting!r} in {where}")
-    if agent_setting is not None:
-        return layout(agent_setting, "agent config",
-                      f"[storage] scope = {agent_setting!r} in {home / 'config.toml'}")
+    if setting is not None:
+        if setting_from is None:
+            return layout(setting, "config", f"[storage] scope = {setting!r} (the config given)")
+        reason = "agent config" if setting_from == home / "config.toml" else "project config"
+        return layout(setting, reason, f"[storage] scope = {setting!r} in {setting_from}")
     return layout("project", "default", "project scope is the default")
+
+
+def tag_event(event: Event, project: str) -> Event:
+    """``event`` with ``project`` in its data, for the shared agent log.
+
+    Refuses (``ValueError``) data that already names another project: the field
+    is reserved in agent scope.
+    """
+    data = event.data
+    have = data.get(PROJECT_TAG, project)
+    if have != project:
+        raise ValueError(
+            f"data field {PROJECT_TAG!r} is reserved in agent scope (it names the project)"
+        )
+    if PROJECT_TAG in data:
+        return event
+    return attrs.evolve(event, data={PROJECT_TAG: project, **data})
+
+
+def is_project_event(event: Event, project: str) -> bool:
+    """Does ``event`` belong to ``project`` in the shared agent log?"""
+    data = event.data
+    return isinstance(data, dict) and data.get(PROJECT_TAG) == project

@@ -26,7 +26,7 @@ from eventstore import (
     private,
 )
 
-from . import cache
+from . import cache, scope
 from . import handoffs as handoffs_view
 from . import tasks as tasks_view
 from .answers import (
@@ -50,6 +50,7 @@ from .packet import (
     verbatim_packet,
 )
 from .runner import Progress, Projection, Runner, State, fold, paused_gc
+from .scope import Layout
 from .task_api import Agent, Tasks
 
 if TYPE_CHECKING:
@@ -98,29 +99,84 @@ def _packet_matches(ev: Event, key: bytes) -> bool:
 
 
 def store_dir(root: str | os.PathLike[str]) -> Path:
+    """``root/.ctxledger``: where a project-scope store lives (:func:`open_layout` says
+    which store is in force for a root)."""
     return Path(root) / STORE_DIR
 
 
 STORE_SUBDIRS = ("log", "checkpoints", "artifacts")
+GITIGNORE = b"# ctxledger: a store is private and rebuildable; never commit it\n*\n"
 
 
-def init_store(root: str | os.PathLike[str], subdirs: tuple[str, ...] = STORE_SUBDIRS) -> bool:
-    """Create ``root/.ctxledger/`` and its ``subdirs`` where missing; True if the store is new.
+def open_layout(
+    root: str | os.PathLike[str],
+    *,
+    home: Path | None = None,
+    storage_scope: str | None = None,
+    config: StoreConfig | None = None,
+) -> tuple[Layout, StoreConfig]:
+    """The layout in force for ``root`` and the settings that apply to it.
 
-    Every directory made here (the root too, if missing) is 0700, whatever the
-    umask; existing ones are left as they are. A store another user owns is
-    refused (``NotOwnerError``) before anything is created in it. New
-    directory entries are synced, best effort.
+    Settings come from the agent home's config.toml, overridden key by key by
+    the project's ``.ctxledger/config.toml`` (not read for a broad or
+    unresolvable root), unless ``config`` is given. ``storage_scope`` (the
+    command line's ``--storage-scope``) beats both.
     """
-    path = store_dir(root)
-    private.check_owner(path)
-    new = not (path / subdirs[0]).is_dir()
+    first = scope.resolve(root, home=home, flag=storage_scope)
+    if config is None:
+        cfg, source = StoreConfig.load_layered(first.config_paths)
+    else:
+        cfg, source = config, None
+    if first.fallback or storage_scope is not None or cfg.storage_scope is None:
+        return first, cfg
+    layout = scope.resolve(
+        root, home=first.home, setting=cfg.storage_scope, setting_from=source
+    )
+    return layout, cfg
+
+
+def init_layout(layout: Layout, *, with_log: bool = True) -> bool:
+    """Create the directories ``layout`` needs where missing; True if its log is new.
+
+    Every directory made here is 0700, whatever the umask; existing ones are
+    left as they are. A store another user owns is refused (``NotOwnerError``)
+    before anything is created in it. The store directory gets a ``.gitignore``
+    of ``*``, so it is never committed by accident. New entries are synced,
+    best effort. Nothing is ever created at a broad root: such a layout is
+    agent scope, and only the agent home is touched.
+    """
+    base = layout.store_dir
+    private.check_owner(base)
+    new = not layout.log_dir.is_dir()
+    dirs = [layout.checkpoints_dir]
+    if with_log:
+        dirs.insert(0, layout.log_dir)
+    if layout.scope == "project":
+        dirs.append(layout.artifacts_dir)
     try:
-        for sub in subdirs:
-            private.make_dirs(path / sub, sync=True)
+        for d in dirs:
+            private.make_dirs(d, sync=True)
+        _write_gitignore(base / ".gitignore")
     except OSError as e:
-        raise LedgerIOError(f"cannot create {path}: {e.strerror or e}") from e
+        raise LedgerIOError(f"cannot create {base}: {e.strerror or e}") from e
     return new
+
+
+def _write_gitignore(path: Path) -> None:
+    try:
+        fd = private.create_file(path, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
+    except FileExistsError:
+        return  # the user's own rules stay as they are
+    try:
+        os.write(fd, GITIGNORE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def init_store(root: str | os.PathLike[str], **kw: Any) -> bool:
+    """Create the store in force for ``root`` (:func:`open_layout`; ``kw`` as there)."""
+    return init_layout(open_layout(root, **kw)[0])
 
 
 class ContextStore:
@@ -140,15 +196,21 @@ class ContextStore:
 
     def __init__(
         self,
-        root: Path,
+        layout: Layout,
         ledger: LogBackend,
         runner: Runner,
         config: StoreConfig,
         clock: Callable[[], float],
         readonly: bool,
     ) -> None:
-        self.root = root
-        self.path = store_dir(root)
+        self.layout = layout
+        """Where this project's context lives and why (project or agent scope)."""
+        self.root = layout.root
+        self.path = layout.store_dir
+        """The store directory whose ``log/`` holds this project's events: the
+        project's ``.ctxledger/``, or the agent home in agent scope."""
+        self.project_id = layout.project_id
+        self._tag = layout.tag  # agent scope: every event we append carries it
         self.ledger = ledger
         self.runner = runner
         self.config = config
@@ -172,33 +234,40 @@ class ContextStore:
         progress: Progress | None = None,
         map_checkpoints: bool = False,
         log: LogBackend | None = None,
+        home: Path | None = None,
+        storage_scope: str | None = None,
     ) -> ContextStore:
-        """The store of ``root`` (``root/.ctxledger/``) over ``log``: any backend
-        (``MemoryLog()``, say), or None for the file log in ``.ctxledger/log/``.
+        """The store in force for ``root`` over ``log``: any backend (``MemoryLog()``,
+        say), or None for the file log.
 
-        Checkpoints live in ``.ctxledger/checkpoints/`` whatever the backend;
-        a log passed in stays the caller's to close.
+        Which store is in force (:func:`open_layout`, docs/scopes.md): in project
+        scope (the default) ``root/.ctxledger/``; in agent scope (config
+        ``[storage] scope = "agent"``, ``storage_scope="agent"``, or a broad
+        root such as the home directory) the agent home (``home``, default
+        ``$CTXLEDGER_HOME`` or ``~/.ctxledger``), whose log every project in
+        agent scope shares, each seeing only its own events. Checkpoints live
+        where the layout says whatever the backend; a log passed in stays the
+        caller's to close.
         """
-        rootp = Path(root)
-        path = store_dir(rootp)
-        if readonly and log is None and not (path / "log").is_dir():
-            raise StoreNotFoundError(path)
-        cfg = config or StoreConfig.load(path / "config.toml")
+        layout, cfg = open_layout(root, home=home, storage_scope=storage_scope, config=config)
+        if readonly and log is None and not layout.log_dir.is_dir():
+            raise StoreNotFoundError(layout.store_dir)
         if not readonly:
-            init_store(rootp, STORE_SUBDIRS if log is None else ("checkpoints",))
+            init_layout(layout, with_log=log is None)
         owned = log is None
         ledger: LogBackend = (
-            Ledger.open(path / "log", readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
+            Ledger.open(layout.log_dir, readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
             if log is None else log
         )
         try:
             runner = Runner(
                 ledger,
-                CheckpointDir(path / "checkpoints", readonly=readonly, mapped=map_checkpoints),
+                CheckpointDir(layout.checkpoints_dir, readonly=readonly, mapped=map_checkpoints),
                 projections(),
                 every_events=cfg.checkpoint_every_events,
                 every_seconds=cfg.checkpoint_every_seconds,
                 close_lag=cfg.checkpoint_close_lag,
+                project=layout.tag,
             )
             if progress is not None:  # the caller wants to watch the views load now
                 runner.load_all(progress)
@@ -206,7 +275,7 @@ class ContextStore:
             if owned:
                 ledger.close()
             raise
-        store = cls(rootp, ledger, runner, cfg, clock, readonly)
+        store = cls(layout, ledger, runner, cfg, clock, readonly)
         store._owns_log = owned
         return store
 
@@ -239,11 +308,12 @@ class ContextStore:
             events: builtins.list[Event] = []
             folded: builtins.list[tuple[str, str | None, Any]] = []
             limit = self.config.max_packet_bytes
+            tag = self._tag
             nbytes = 0
             for pkt, meta in zip(pkts, metas, strict=True):
                 body, canon, depth = check_packet_full(pkt, limit)
                 key = cache_key_of(canon)
-                data = packet_data(canon, depth, meta, body)
+                data = packet_data(canon, depth, meta, body, tag)
                 events.append(Event(cache.PUT, key, data))
                 fdata: dict[str, Any] = {"bytes": len(canon), "packet": body}
                 if "metadata" in data:
@@ -299,6 +369,8 @@ class ContextStore:
         """Append, then fold ``folded`` (the events as the log will give them back;
         default: ``events`` themselves) into the views without reading them back."""
         self._check_writable()
+        if self._tag is not None:
+            events = [scope.tag_event(e, self._tag) for e in events]
         self.runner.before_append(len(events))
         receipt = self.ledger.append(events, expected_head=expected_head)
         rows = folded if folded is not None else [(e.kind, e.key, e.data) for e in events]
@@ -338,7 +410,7 @@ class ContextStore:
             return [self.runner.state(n) for n in names]
         seq = self.seq_for(as_of)
         states = [self.runner.projections[n].new() for n in names]
-        fold(self.ledger, states, 1, seq)
+        fold(self.ledger, states, 1, seq, project=self._tag)
         return states
 
     def seq_for(self, as_of: int | float) -> int:
@@ -404,7 +476,7 @@ class ContextStore:
             raise LedgerError(
                 f"entry {ref.cache_key} points at seq {ref.seq}, which the log lacks"
             )
-        canon = verbatim_packet(stored.row, ref.cache_key, ref.nbytes)
+        canon = verbatim_packet(stored.row, ref.cache_key, ref.nbytes, self._tag)
         if canon is not None and blake3.blake3(canon).hexdigest() == ref.cache_key:
             try:
                 return cbor2.loads(canon), None
@@ -555,6 +627,8 @@ class ContextStore:
             "checkpoint_fallbacks": sum(len(v.refused) for v in self.runner.views.values()),
             "checkpoint_error": self.runner.checkpoint_error,
             "views": views,
+            "storage_scope": self.layout.scope,
+            "project_id": self.project_id,
             "warnings": private.mode_warnings(self.path),
         }
 
@@ -564,8 +638,10 @@ class ContextStore:
 
     @property
     def artifacts_dir(self) -> Path:
-        """This store's artifact directory: every artifact path comes from here."""
-        return self.path / "artifacts"
+        """This store's artifact directory: every artifact path comes from here
+        (``<store>/artifacts/`` in project scope, ``<agent home>/artifacts/<project id>/``
+        in agent scope)."""
+        return self.layout.artifacts_dir
 
     @property
     def artifacts(self) -> ArtifactDir:
@@ -638,7 +714,7 @@ class ContextStore:
                 raise ValueError(f"unknown projection {name!r} (known: {', '.join(known)})")
         start = time.perf_counter()
         if self._owns_log:
-            with Ledger.open(self.path / "log", readonly=True) as log:
+            with Ledger.open(self.layout.log_dir, readonly=True) as log:
                 states, n = self.runner.refold(names, progress, log)  # bulk builds timed too
         else:
             states, n = self.runner.refold(names, progress)
@@ -680,17 +756,23 @@ class ContextStore:
 
 
 def replay(
-    root: str | os.PathLike[str], until: int | float | None = None, progress: Progress | None = None
+    root: str | os.PathLike[str],
+    until: int | float | None = None,
+    progress: Progress | None = None,
+    **scope_kw: Any,
 ) -> dict[str, Any]:
-    """Fold the log into fresh in-memory views and report; touches no checkpoint."""
-    path = store_dir(root)
-    if not (path / "log").is_dir():
-        raise StoreNotFoundError(path)
-    with Ledger.open(path / "log", readonly=True) as led:
+    """Fold the log into fresh in-memory views and report; touches no checkpoint.
+
+    ``scope_kw``: ``home``, ``storage_scope``, as :meth:`ContextStore.open` takes them.
+    """
+    layout, _cfg = open_layout(root, **scope_kw)
+    if not layout.log_dir.is_dir():
+        raise StoreNotFoundError(layout.store_dir)
+    with Ledger.open(layout.log_dir, readonly=True) as led:
         states = [p.new() for p in projections()]
         seq = led.head if until is None else seq_at(led, until)
         start = time.perf_counter()
-        n = fold(led, states, 1, seq, progress)
+        n = fold(led, states, 1, seq, progress, project=layout.tag)
         secs = time.perf_counter() - start
         views = {}
         for p, s in zip(projections(), states, strict=True):

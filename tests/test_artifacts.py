@@ -425,3 +425,33 @@ def test_artifact_gc_cli(store: ContextStore) -> None:
     res = cli("artifact", "gc", *R)
     assert res.exit_code == 0 and res.stdout.startswith("removed 1 artifact(s)")
     assert not ref.path.exists()
+
+
+def test_in_agent_scope_each_project_has_its_own_artifacts(
+    tmp_path: Path, _agent_home: Path
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    with ContextStore.open(a, storage_scope="agent") as sa, \
+            ContextStore.open(b, storage_scope="agent") as sb:
+        ka = sa.put({"target": "t", "summary": "a"}).cache_key
+        kb = sb.put({"target": "t", "summary": "b"}).cache_key
+        ra, rb = sa.write_artifact(ka), sb.write_artifact(kb)
+        assert ra.path.parent == _agent_home / "artifacts" / sa.layout.project_id
+        assert rb.path.parent == _agent_home / "artifacts" / sb.layout.project_id
+        assert ra.path.parent != rb.path.parent
+        sa.prune(all=True)
+        assert sb.artifact_gc().kept == 1  # b's own entry is live; a's file is not b's
+        assert sa.artifact_gc().removed_handles == (ra.handle,)
+        assert rb.path.is_file() and not ra.path.exists()
+    res = cli("store", "get", "--root", str(b), "--storage-scope", "agent", "--key", kb,
+              "--json=handle")
+    assert res.exit_code == 0 and json.loads(res.stdout)["path"] == str(rb.path)
+
+
+def test_storage_reports_the_artifacts(store: ContextStore) -> None:
+    store.write_artifact(store.put({"target": "t"}).cache_key)
+    store.close()
+    doc = json.loads(cli("storage", "--root", str(store.root), "--json").stdout)
+    assert doc["artifacts"]["count"] == 1 and doc["artifacts"]["orphans"] == 0

@@ -55,7 +55,8 @@ def cli(*args: str, input: str | bytes | None = None, env: dict[str, str] | None
 
 
 def proc_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXLEDGER_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CTXLEDGER_") or k == "CTXLEDGER_HOME"}  # (conftest's own home)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env
@@ -135,9 +136,13 @@ def test_init_creates_layout_and_is_idempotent(tmp_path: Path) -> None:
     first = cli("init", "--root", str(r), "--json")
     assert first.exit_code == 0, first.output
     doc = one_json(first.stdout)
-    assert doc == {"root": str(r), "store": str(r / STORE_DIR), "created": True}
+    assert doc == {"root": str(r), "store": str(r / STORE_DIR), "created": True,
+                   "storage_scope": "project", "scope_reason": "default",
+                   "project_id": doc["project_id"]}
+    assert re.fullmatch(r"[0-9a-f]{32}", doc["project_id"])
     for sub in ("log", "checkpoints", "artifacts"):
         assert (r / STORE_DIR / sub).is_dir()
+    assert (r / STORE_DIR / ".gitignore").read_text().splitlines()[-1] == "*"
     before = snapshot(r)
     again = cli("init", "--root", str(r), "--json")
     assert again.exit_code == 0 and one_json(again.stdout)["created"] is False
@@ -843,6 +848,7 @@ def _doc_examples() -> list[tuple[str, list[str]]]:
 def _normalise(text: str, home: Path) -> str:
     text = text.replace("/home/me", str(home))
     text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", "<TIME>", text)
+    text = re.sub(r'"project_id": "[0-9a-f]{32}"', '"project_id": <ID>', text)
     return re.sub(r'"at": [0-9.e+]+', '"at": <AT>', text)
 
 

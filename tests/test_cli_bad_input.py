@@ -159,6 +159,13 @@ MCP_CASES = [  # (a root with a store would serve: every case fails before that)
     case("types", "mcp config", "--root", R, "--client", "bogus"),
     case("huge", "mcp config", "--root", f"R/{LONG}", code=1),
     case("utf8", "mcp config", "--root", R, "--client", b"claude\xff"),
+    case("utf8", "checkpoint", "--root", R, "--storage-scope", b"agent\xff"),
+    case("utf8", "init", "--root", R, "--storage-scope", b"project\xff"),
+    case("utf8", "log head", "--root", R, "--storage-scope", b"\xffagent"),
+    case("utf8", "mcp", "--root", R, "--storage-scope", b"agent\xff"),
+    case("utf8", "store stats", "--root", R, "--storage-scope", b"agent\xc3"),
+    case("types", "store stats", "--root", R, "--storage-scope", "everywhere"),
+    case("types", "init", "--root", R, "--storage-scope", "Agent"),
     case("control", "mcp config", "--root", R, "--client", "\x1b[2J"),
     case("traversal", "mcp config", "--root", PASSWD),
 ]
@@ -391,7 +398,8 @@ def test_bad_input(
 ) -> None:
     if "/etc/passwd" in str(argv) and not Path("/etc/passwd").is_file():
         pytest.skip("needs /etc/passwd")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXLEDGER_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CTXLEDGER_") or k == "CTXLEDGER_HOME"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["CTXLEDGER_HOME"] = str(store_root / "home")  # (demo without --root stays in here)
     before = _digest(store_root)

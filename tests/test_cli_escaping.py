@@ -90,6 +90,8 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("artifact", "show"), ["artifact", "show", *R, (r / "handle").read_text()], None),
         (("artifact", "show"), ["artifact", "show", *R, HOSTILE.replace("\x00", "")], None),
         (("artifact", "gc"), ["artifact", "gc", *R, "--dry-run"], None),
+        (("storage",), ["storage", *R], None),  # the hostile root is printed, and mode warnings
+        (("storage",), ["storage", *R, "--storage-scope", "agent"], None),
         (("recall",), ["recall", *R, "-q", f"auth {HOSTILE}"], None),
         (("recall",), ["recall", *R, "-q", "auth", "--scope", HOSTILE], None),
         (("replay",), ["replay", *R], None),

@@ -194,7 +194,8 @@ def test_console_entry_keeps_openblas_to_one_thread(monkeypatch: pytest.MonkeyPa
 
 def test_console_entry_exit_codes_and_output_in_a_real_process(root: Path) -> None:
     """main() ends with os._exit: output still flushed, codes as documented."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXLEDGER_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CTXLEDGER_") or k == "CTXLEDGER_HOME"}
     env["PYTHONPATH"] = str(REPO)
     ok_json("store", "put", "--root", str(root), input=json.dumps(PACKET))
 
@@ -308,7 +309,8 @@ def test_demo_in_a_given_root(tmp_path: Path) -> None:
 
 
 def test_demo_default_store_in_a_real_process(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXLEDGER_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("CTXLEDGER_") or k == "CTXLEDGER_HOME"}
     env["CTXLEDGER_HOME"] = str(tmp_path / "home")
     env["PYTHONPATH"] = str(REPO)
     for _ in range(2):  # the second run starts the demo store afresh

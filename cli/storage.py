@@ -1,0 +1,59 @@
+"""``ctxledger storage``: which store is in force here and why, and what it holds on disk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .options import Ctx, examples, store_options
+from .output import safe
+
+
+@examples("ctxledger storage", "ctxledger storage --root ~/src/project --json",
+          "ctxledger storage --storage-scope agent")
+@click.command("storage")
+@store_options
+def storage(ctx: Ctx) -> None:
+    """Show the storage scope in force and why, the stores' paths, logs, views and modes.
+
+    Read-only: nothing is created or repaired. A store that does not exist yet
+    is reported as missing (exit 0).
+    """
+    from projections.storage import storage_report
+
+    doc = storage_report(ctx.root, storage_scope=ctx.storage_scope)
+    ctx.warn(doc["warnings"])
+    ctx.emit(doc, human=_human)
+
+
+def _human(doc: dict[str, Any]) -> str:
+    sc = doc["scope"]
+    lines = [
+        f"scope: {sc['storage_scope']} ({sc['reason']}: {safe(sc['detail'])})",
+        f"project: {safe(sc['canonical_root'])} (id {sc['project_id']})",
+        f"project store: {safe(sc['project_store'] or '- (agent scope)')}",
+        f"agent home: {safe(sc['agent_home'])}",
+    ]
+    for name, log in doc["logs"].items():
+        if not log["exists"]:
+            lines.append(f"{name} log: {safe(log['path'])} (not created yet)")
+            continue
+        lines.append(
+            f"{name} log: {safe(log['path'])}: {log['segments']} segment(s), {log['bytes']} "
+            f"bytes, {log['events']} events, head seq {log['head_seq']}"
+            + (f" digest {log['head_digest']}" if log["head_digest"] else "")
+        )
+    for name, v in doc["views"].items():
+        size = v["checkpoint_bytes"]
+        lines.append(
+            f"view {safe(name)}: watermark seq {v['watermark_seq']}, loaded from "
+            f"{v['loaded_from']}, checkpoint {size if size is not None else '-'} bytes"
+        )
+    for key in ("artifacts", "calibration"):
+        if key in doc:
+            part = doc[key]
+            lines.append(f"{key}: " + ", ".join(f"{k} {safe(str(v))}" for k, v in part.items()))
+    if doc["warnings"]:
+        lines.append(f"{len(doc['warnings'])} mode warning(s) (on stderr)")
+    return "\n".join(lines)
