@@ -181,6 +181,7 @@ ARTIFACT_CASES = [
     case("huge", "artifact show", "--root", R, "a" * 5000),
     case("huge", "artifact gc", "--root", f"R/{LONG}", code=1),
     case("utf8", "artifact show", "--root", R, b"\xff" * 64),
+    case("utf8", "artifact gc", "--root", R, "--storage-scope", b"agent\xff"),
     case("control", "artifact show", "--root", R, "\x1b[2J" + "a" * 60),
     case("control", "artifact gc", "--root", "R/\x1b]0;owned\x07", code=1),  # no store there
     # a handle becomes a file name: nothing but 64 hex digits gets near one
