@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "recall": "cli.recall:recall",
     "task": "cli.task:task",
     "agent": "cli.agent:agent",
+    "artifact": "cli.artifact:artifact",
     "mcp": "cli.mcp:mcp",
     "storage": "cli.storage:storage",
 }

@@ -63,6 +63,8 @@ class Ctx:
     root_given: bool = False  # --root (at any level) or $CTXLEDGER_ROOT chose the root
     storage_scope: str | None = None  # --storage-scope, if given
     _layout: Layout | None = None
+    json_mode: str | None = None
+    """With :func:`json_modes`: the ``--json=MODE`` asked for (None without --json)."""
 
     # --- layout ---------------------------------------------------------------------
 
@@ -190,22 +192,46 @@ def store_options(f: F) -> F:
     Values given to an enclosing group (:func:`group_options`) count too; the
     command's own win. Text arguments are checked to be UTF-8 here, once for all.
     """
+    return _with_store_options(f, ())
 
-    @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
+
+def json_modes(*modes: str, help: str) -> Callable[[F], F]:
+    """:func:`store_options` whose ``--json`` takes an optional ``=MODE`` (one of ``modes``).
+
+    ``--json`` alone (or a group's ``--json``) means the first mode, so the
+    command reads as every other; ``--json=MODE`` picks another; any other value
+    is a usage error. The mode reaches the command as ``ctx.json_mode``.
+    """
+    return lambda f: _with_store_options(f, modes, help)
+
+
+def _with_store_options(f: F, modes: tuple[str, ...], json_help: str = _JSON_HELP) -> F:
+    json_option = (
+        click.option("--json", "as_json", type=click.Choice(modes), is_flag=False,
+                     flag_value=modes[0], default=None, metavar=f"[={'|'.join(modes)}]",
+                     help=json_help)
+        if modes else click.option("--json", "as_json", is_flag=True, help=json_help)
+    )
+
+    @json_option
     @_scope_option(help=_SCOPE_HELP)
     @_root_option(help=_ROOT_HELP)
     @functools.wraps(f)
     def command(
-        *args: Any, root: Path | None, as_json: bool, storage_scope: str | None, **kwargs: Any
+        *args: Any, root: Path | None, as_json: bool | str | None, storage_scope: str | None,
+        **kwargs: Any,
     ) -> Any:
         cctx = click.get_current_context()
         check_text_arguments(cctx, kwargs)
         if root is None:
             root = cctx.meta.get(_ROOT_META)
         given = root is not None or bool(os.environ.get(ROOT_ENV))
-        as_json = as_json or bool(cctx.meta.get(_JSON_META))
+        if not as_json and cctx.meta.get(_JSON_META):
+            as_json = modes[0] if modes else True
+        mode = as_json if isinstance(as_json, str) else None
         scope = storage_scope or cctx.meta.get(_SCOPE_META)
-        return f(Ctx(resolve_root(root), as_json, given, scope), *args, **kwargs)
+        return f(Ctx(resolve_root(root), bool(as_json), given, scope, json_mode=mode),
+                 *args, **kwargs)
 
     return command  # type: ignore[return-value]
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from .inputs import CACHE_KEY, COUNT, JSON_FILE, SEQ_OR_TIME, TIME, TTL
-from .options import Ctx, examples, group_options, store_options
+from .options import Ctx, examples, group_options, json_modes, store_options
 from .output import safe
 from .views import iso, naming, open_store
 
@@ -36,15 +36,30 @@ def store_put(ctx: Ctx, packet: Any) -> None:
     ctx.emit(r.to_json(), human=f"{r.cache_key} (seq {r.seq})")
 
 
-@examples("ctxledger store get --key 5968a442", "ctxledger store get --key 5968a442c6539bcd --json")
+@examples(
+    "ctxledger store get --key 5968a442",
+    "ctxledger store get --key 5968a442c6539bcd --json",
+    "ctxledger store get --key 5968a442 --json=handle",
+)
 @store.command("get")
-@store_options
+@json_modes(
+    "doc", "handle",
+    help="Print one JSON document: the entry (--json, --json=doc), or with --json=handle "
+    "write it as an artifact and print only {handle, path, sha256, bytes}.",
+)
 @click.option(
     "--key", required=True, type=CACHE_KEY, help="cache_key, or a unique prefix of 8+ hex digits."
 )
 def store_get(ctx: Ctx, key: str) -> None:
-    """Print one live cache entry: the packet, when it was cached, its metadata."""
+    """Print one live cache entry: the packet, when it was cached, its metadata.
+
+    With --json=handle the entry goes to a file instead (an artifact, named by
+    its sha256) and only where it is is printed: `artifact show HANDLE` prints it.
+    """
     st = open_store(ctx)
+    if ctx.json_mode == "handle":
+        ctx.emit(st.write_artifact(key).to_json())
+        return
     full = st.resolve_key(key)
     entry = st.get(full)
     if entry is None:  # expired since it was resolved

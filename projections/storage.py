@@ -112,6 +112,7 @@ def storage_report(
         with ContextStore.open(root, readonly=True, home=home,
                                storage_scope=storage_scope) as store:
             doc["views"] = views_report(store)
+            doc["artifacts"] = store.artifact_stats()
     doc["warnings"] = mode_report(layout) + unused_store_warning(layout)
     return doc
 

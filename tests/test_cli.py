@@ -788,7 +788,11 @@ def _check_example(line: str) -> None:
     def learn(c: click.Command) -> None:
         for p in c.params:
             if isinstance(p, click.Option):
-                takes_value.update((o, not p.is_flag and not p.count) for o in p.opts)
+                # an optional value (store get --json[=MODE]) is given with "=" when at all
+                optional = getattr(p, "_flag_needs_value", False)
+                takes_value.update(
+                    (o, not p.is_flag and not p.count and not optional) for o in p.opts
+                )
 
     learn(cmd)
     rest = iter(words[1:])

@@ -169,6 +169,29 @@ MCP_CASES = [  # (a root with a store would serve: every case fails before that)
     case("control", "mcp config", "--root", R, "--client", "\x1b[2J"),
     case("traversal", "mcp config", "--root", PASSWD),
 ]
+H = "a" * 64  # a well-formed handle no artifact has
+ARTIFACT_CASES = [
+    case("types", "artifact show", "--root", R),  # HANDLE is required
+    case("types", "artifact show", "--root", R, H, "extra"),
+    case("types", "artifact show", "--root", R, H, "--json=handle"),  # only store get has modes
+    case("types", "artifact gc", "--root", R, "--dry-run=yes"),
+    case("types", "store get", "--root", R, "--key", "abcdef01", "--json=foo"),
+    case("types", "store get", "--root", R, "--key", "abcdef01", "--json", "handles"),
+    case("types", "store get", "--root", R, "--key", "0" * 64, "--json=handle", code=1),  # none
+    case("huge", "artifact show", "--root", R, "a" * 5000),
+    case("huge", "artifact gc", "--root", f"R/{LONG}", code=1),
+    case("utf8", "artifact show", "--root", R, b"\xff" * 64),
+    case("utf8", "artifact gc", "--root", R, "--storage-scope", b"agent\xff"),
+    case("control", "artifact show", "--root", R, "\x1b[2J" + "a" * 60),
+    case("control", "artifact gc", "--root", "R/\x1b]0;owned\x07", code=1),  # no store there
+    # a handle becomes a file name: nothing but 64 hex digits gets near one
+    *(case("traversal", "artifact show", "--root", R, h) for h in (
+        "../x", "..", "/etc/passwd", PASSWD, "a/b", "%2e%2e", "\u0663" * 64, "\uff10" * 64,
+        "a" * 63, "a" * 65, "", " " + "a" * 64, "a" * 62 + "/.", "./" + "a" * 62)),
+    case("traversal", "artifact show", "--root", PASSWD, H),
+    case("traversal", "artifact gc", "--root", PASSWD),
+    case("negative", "artifact show", "--root", R, H, code=1),  # well formed, but not there
+]
 CASES = [
     # --- malformed JSON, in options, files and stdin -------------------------------------
     case("json", "log append", "--root", R, "--kind", "x.y", "--data", '{"a":'),
@@ -295,6 +318,7 @@ CASES = [
     case("negative", "demo", "--root", R, "--packets", "-3"),
     *TASK_CASES,
     *MCP_CASES,
+    *ARTIFACT_CASES,
     case("types", "log head", "--root", R, "extra"),
     case("huge", "log head", "--root", f"R/{LONG}", code=1),
     case("control", "log head", "--root", "R/\x1b[2J", code=1),  # no store there
@@ -349,7 +373,8 @@ def store_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / ".ctxledger").mkdir()
     (root / ".ctxledger" / "config.toml").write_text("[store]\nmax_packet_bytes = 4096\n")
     with ContextStore.open(root) as store:
-        store.put_many([{"target": "t", "summary": f"auth {i}"} for i in range(3)])
+        puts = store.put_many([{"target": "t", "summary": f"auth {i}"} for i in range(3)])
+        store.write_artifact(puts[0].cache_key)  # an artifact no failing command may touch
         store.tasks.create("a running task", id=K)
         store.tasks.start(K)
         store.checkpoint()

@@ -58,6 +58,11 @@ def root(tmp_path: Path) -> Path:
     with Ledger.open(r / ".ctxledger" / "log") as led:  # a stored eviction reason, printed by stats
         led.append([Event("cache.evicted", gone, {"reason": f"why{HOSTILE}"})])
     (r / "key").write_text(key)
+    ref = run("store", "get", "--root", str(r), "--key", key, "--json=handle")
+    assert ref.exit_code == 0, ref.output
+    (r / "handle").write_text(json.loads(ref.stdout)["handle"])
+    # a file gc must leave alone, and name when it says so
+    (r / ".ctxledger" / "artifacts" / f"x{HOSTILE.replace(chr(0), '')}").write_text("x")
     return r
 
 
@@ -82,6 +87,9 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("store", "list"), ["store", "list", *R], None),
         (("store", "list"), ["store", "list", *R, "--since", HOSTILE], None),
         (("store", "stats"), ["store", "stats", *R], None),
+        (("artifact", "show"), ["artifact", "show", *R, (r / "handle").read_text()], None),
+        (("artifact", "show"), ["artifact", "show", *R, HOSTILE.replace("\x00", "")], None),
+        (("artifact", "gc"), ["artifact", "gc", *R, "--dry-run"], None),
         (("storage",), ["storage", *R], None),  # the hostile root is printed, and mode warnings
         (("storage",), ["storage", *R, "--storage-scope", "agent"], None),
         (("recall",), ["recall", *R, "-q", f"auth {HOSTILE}"], None),
@@ -172,6 +180,9 @@ def test_json_output_is_exact_and_ascii(root: Path) -> None:
     key = (root / "key").read_text()
     got = json.loads(run("store", "get", "--root", str(root), "--key", key, "--json").stdout)
     assert got["body"] == PACKET
+    shown = run("artifact", "show", "--root", str(root), (root / "handle").read_text(), "--json")
+    assert shown.exit_code == 0 and shown.stdout.isascii()
+    assert json.loads(shown.stdout) == got
 
 
 @pytest.mark.parametrize(
