@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "recall": "cli.recall:recall",
     "task": "cli.task:task",
     "agent": "cli.agent:agent",
+    "calibration": "cli.calibration:calibration",
     "mcp": "cli.mcp:mcp",
 }
 """Every top-level command: name -> ``"module:attribute"`` of a click command or group."""
