@@ -67,6 +67,17 @@ def test_even_window_without_outliers() -> None:
     assert p.accepted == 4 and p.rejected == () and p.exact == Fraction(6, 5)
 
 
+def test_a_ratio_exactly_at_the_cut_off_is_accepted_and_one_past_it_rejected() -> None:
+    # ratios 0.9 1.0 1.0 1.1 x (x >= 1.1): median 1.0; |r - m| = 0.1 0 0 0.1 x-1 -> MAD 0.1
+    # cut-off 3 x 1.4826 x 0.1 = 0.44478: x = 1.44478 is in (not past it), 1.44479 is out
+    base = ((100_000, 90_000), (100_000, 100_000), (100_000, 100_000), (100_000, 110_000))
+    at = prof(*base, (100_000, 144_478))
+    assert at.mad == Fraction(1, 10) and at.rejected == () and at.accepted == 5
+    past = prof(*base, (100_000, 144_479))
+    assert [o.seq for o in past.rejected] == [5] and past.accepted == 4
+    assert past.exact == 1  # median of 0.9 1.0 1.0 1.1
+
+
 def test_mad_zero_rejects_every_ratio_off_the_median() -> None:
     # ratios 1 1 1 2: median (1 + 1) / 2 = 1; |r - m| = 0 0 0 1 -> MAD = (0 + 0) / 2 = 0
     # cut-off 3 x 1.4826 x 0 = 0: 2 is out (|2 - 1| = 1 > 0); three accepted, multiplier 1
