@@ -338,8 +338,9 @@ def profile_of(
 class Calibration:
     """The calibration samples of one agent home: record them, read profiles.
 
-    Nothing is opened until first use; a ``readonly`` one never creates a file
-    and, while the agent log does not exist, sees no samples. Every read
+    Nothing is opened until first use, and only :meth:`record` creates the agent
+    home; until it exists every read sees no samples. A ``readonly`` one never
+    writes a file (nor a checkpoint). Every read
     first folds what other processes appended (the file log takes its writer
     lock per append, so many handles, in many processes, may write).
     """
@@ -372,13 +373,14 @@ class Calibration:
     def checkpoints_dir(self) -> Path:
         return self.home / "checkpoints"
 
-    def _open(self) -> Runner | None:
-        """The runner over the agent log, opened on first use (None: a reader, no log yet)."""
+    def _open(self, *, create: bool) -> Runner | None:
+        """The runner over the agent log, opened on first use; None while there is no
+        log and ``create`` is false (reads never create the agent home: only a record does)."""
         if self._closed:
             raise LedgerError("calibration is closed")
         if self._runner is not None:
             return self._runner
-        if self.readonly:
+        if not create or self.readonly:
             if not self.log_dir.is_dir():
                 return None
         else:
@@ -417,7 +419,7 @@ class Calibration:
                            input=input, cache_read=cache_read, cache_write=cache_write)
         if self.readonly:
             raise LedgerError("calibration was opened read-only")
-        runner = self._open()
+        runner = self._open(create=True)
         assert runner is not None and self._ledger is not None
         runner.before_append(1)
         receipt = self._ledger.append([Event(SAMPLE, None, data)])
@@ -427,7 +429,7 @@ class Calibration:
 
     def state(self) -> CalibrationState:
         """The view, caught up with the agent log (empty while a reader finds no log)."""
-        runner = self._open()
+        runner = self._open(create=False)
         if runner is None:
             return CalibrationState()
         runner.catch_up()

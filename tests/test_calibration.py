@@ -233,6 +233,9 @@ def test_a_reader_creates_nothing_and_a_store_that_never_asks_never_opens_the_ag
         assert store.recall("auth")[0].budget_estimate["calibrated"] is False
     with ContextStore.open(tmp_path / "a", readonly=True) as store:
         assert store.calibration.profiles() == []
+    with ContextStore.open(tmp_path / "a") as store:  # writable, but only a record creates
+        hit = store.recall("auth", provider="p", model="m")[0]
+        assert hit.budget_estimate["calibrated"] is False and store.calibration.profiles() == []
     assert not home.exists()
 
 

@@ -200,6 +200,9 @@ CALIBRATION_CASES = [  # (nothing may reach the agent home: the test checks it s
     case("negative", "calibration show", "--root", R, "--window", "-1"),
     # calibration ignores --root (its samples are the agent's), so a root that is a file is
     # no error of its own; these fail for their other bad value, and write nothing there
+    case("types", "recall", "--root", R, "-q", "x", "--provider", "p"),  # without --model
+    case("control", "recall", "--root", R, "-q", "x", "--provider", "p", "--model", "m\x1b[2J"),
+    case("huge", "recall", "--root", R, "-q", "x", "--provider", "p" * 201, "--model", "m"),
     case("traversal", "calibration record", "--root", PASSWD, "--provider", "../../etc",
          "--model", "passwd", "--estimated", "1", "--actual", "-1"),
     case("traversal", "calibration show", "--root", PASSWD, "--provider", "../../etc"),
