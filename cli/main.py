@@ -49,6 +49,7 @@ COMMANDS: dict[str, str] = {
     "task": "cli.task:task",
     "agent": "cli.agent:agent",
     "artifact": "cli.artifact:artifact",
+    "calibration": "cli.calibration:calibration",
     "mcp": "cli.mcp:mcp",
     "storage": "cli.storage:storage",
 }

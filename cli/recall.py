@@ -20,6 +20,7 @@ them while the checkpoints are verified on another core."""
 @examples(
     'ctxledger recall -q "parse http header" --limit 3',
     "ctxledger recall --task task-123 --scope task-first -q login --since 7d",
+    "ctxledger recall -q login --provider anthropic --model claude-sonnet-4 --json",
 )
 @click.command("recall")
 @store_options
@@ -51,6 +52,9 @@ them while the checkpoints are verified on another core."""
     type=SEQ_OR_TIME,
     help="Recall as the store stood at SEQ (a bare integer) or TIME (@UNIX, ISO-8601, 7d).",
 )
+@click.option("--provider", help="With --model: scale budget estimates by this calibration "
+                                 "profile (default: [recall] provider).")
+@click.option("--model", help="With --provider: the model billed (default: [recall] model).")
 def recall(
     ctx: Ctx,
     query: str,
@@ -64,6 +68,8 @@ def recall(
     symbols: tuple[str, ...],
     packet_types: tuple[str, ...],
     as_of: int | float | None,
+    provider: str | None,
+    model: str | None,
 ) -> None:
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
@@ -80,6 +86,8 @@ def recall(
             path_filters=paths,
             symbol_filters=symbols,
             as_of=as_of,
+            provider=provider,
+            model=model,
         )
     ctx.emit({"hits": [h.to_json() for h in hits]}, human=lambda d: _table(d["hits"]))
 

@@ -24,8 +24,15 @@ UnixTime = Annotated[float, Field(description="Unix seconds (UTC).")]
 class Budget(TypedDict):
     """What reading the whole packet would cost."""
 
-    est_tokens: Annotated[int, Field(description="Estimated tokens (bytes / 4, rounded up).")]
+    est_tokens: Annotated[int, Field(description="Estimated tokens: chars-v1 (bytes / 4, "
+                                                 "rounded up), times `multiplier` rounded up "
+                                                 "when calibrated.")]
     est_bytes: Annotated[int, Field(description="Size of the packet's canonical encoding.")]
+    estimator: Annotated[str, Field(description="The estimator: chars-v1.")]
+    multiplier: Annotated[float, Field(description="The calibration factor applied (at least "
+                                                   "1; 1.0 when uncalibrated).")]
+    calibrated: Annotated[bool, Field(description="True when the provider/model's calibration "
+                                                  "profile scaled est_tokens.")]
 
 
 class Hit(TypedDict):

@@ -248,6 +248,11 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
         symbol_filters: Annotated[list[str], Field(description=(
             "Only packets naming one of these symbols."))] = [],  # noqa: B006
         as_of: AsOf = None,
+        provider: Annotated[str | None, Field(description=(
+            "With model: the provider you are billed by (e.g. 'anthropic'); each hit's "
+            "budget_estimate is then scaled by the calibration learned for it."))] = None,
+        model: Annotated[str | None, Field(description=(
+            "With provider: the model you are billed for."))] = None,
     ) -> S.RecallResult:
         """Find what earlier runs cached about something: call this before re-deriving
         a fact, re-reading a file's history or re-running an analysis. Ranks live packets
@@ -257,6 +262,7 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
             query, limit=limit, since=time_arg("since", since), until=time_arg("until", until),
             target=target, task_id=task_id, scope=scope, packet_types=packet_types,
             path_filters=path_filters, symbol_filters=symbol_filters, as_of=as_of_arg(as_of),
+            provider=provider, model=model,
         )
         return cast(S.RecallResult, {"hits": [h.to_json() for h in hits]})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ KNOWN_SETTINGS: dict[str, tuple[str, ...]] = {
     "store": ("max_packet_bytes", "sync"),
     "checkpoint": ("every_events", "every_seconds", "close_lag"),
     "storage": ("scope",),
+    "calibration": ("window",),
+    "recall": ("provider", "model"),
 }
 """Every table of config.toml and its keys: anything else is a typo, and an error."""
 
@@ -37,6 +40,12 @@ class StoreConfig:
     checkpoint_close_lag: int = 256
     storage_scope: str | None = None
     """``[storage] scope``: ``project`` or ``agent``; None when unset (the default applies)."""
+    calibration_window: int = 20
+    """``[calibration] window``: how many of a profile's newest samples its multiplier uses."""
+    recall_provider: str | None = None
+    """``[recall] provider``: whose calibration recall's budget estimate uses by default."""
+    recall_model: str | None = None
+    """``[recall] model``: with ``provider``, the calibration profile recall uses by default."""
 
     @classmethod
     def load(cls, path: Path) -> StoreConfig:
@@ -96,7 +105,45 @@ def _settings(path: Path) -> dict[str, Any]:
         if scope not in ("project", "agent"):
             raise ConfigError(f"{path}: [storage] scope must be project or agent")
         kw["storage_scope"] = scope
+    _num(kw, "calibration_window", _table(doc, "calibration", path).get("window"), path,
+         positive=True, integer=True)
+    if kw.get("calibration_window", 0) > MAX_WINDOW:
+        raise ConfigError(f"{path}: [calibration] window must be at most {MAX_WINDOW} "
+                          "(the samples kept per profile)")
+    recall = _table(doc, "recall", path)
+    for key in ("provider", "model"):
+        value = recall.get(key)
+        if value is not None:
+            why = label_error(value)
+            if why is not None:
+                raise ConfigError(f"{path}: [recall] {key} {why}")
+            kw[f"recall_{key}"] = value
     return kw
+
+
+MAX_LABEL = 200
+MAX_WINDOW = 200
+"""The most samples a calibration profile keeps, hence the largest useful window."""
+
+
+def label_error(value: object) -> str | None:
+    """Why ``value`` is no provider, model or estimator name (None: it is one).
+
+    A name is printed and compared: a non-empty string of at most 200
+    characters with no control character (Unicode category Cc) and no lone
+    surrogate (which no encoding can write).
+    """
+    if type(value) is not str:
+        return "must be a string"
+    if not value:
+        return "must not be empty"
+    if len(value) > MAX_LABEL:
+        return f"must be at most {MAX_LABEL} characters"
+    if not value.isprintable() and any(
+        unicodedata.category(c) in ("Cc", "Cs") for c in value
+    ):
+        return "must not contain control characters"
+    return None
 
 
 def _no_unknown(doc: dict[str, Any], path: Path) -> None:

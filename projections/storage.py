@@ -113,8 +113,25 @@ def storage_report(
                                storage_scope=storage_scope) as store:
             doc["views"] = views_report(store)
             doc["artifacts"] = store.artifact_stats()
+    doc["calibration"] = calibration_report(layout.home)
     doc["warnings"] = mode_report(layout) + unused_store_warning(layout)
     return doc
+
+
+def calibration_report(home: Path) -> dict[str, Any]:
+    """The agent's calibration view: profiles, samples kept, watermark, where it came from."""
+    from .calibration import NAME, Calibration
+
+    with Calibration(home, readonly=True) as cal:
+        st = cal.state()
+        runner = cal._open(create=False)
+        view = runner.views.get(NAME) if runner is not None else None
+        return {
+            "profiles": len(st.samples),
+            "samples": sum(len(v) for v in st.samples.values()),
+            "watermark_seq": st.seq,
+            "loaded_from": view.loaded_from if view is not None else "empty",
+        }
 
 
 def unused_store_warning(layout: Layout) -> list[str]:

@@ -55,6 +55,7 @@ from .task_api import Agent, Tasks
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactDir, ArtifactRef, GcResult
+    from .calibration import Calibration, Profile
     from .recall import RecallHit
     from .recall_view import RecallState
 
@@ -202,6 +203,7 @@ class ContextStore:
         config: StoreConfig,
         clock: Callable[[], float],
         readonly: bool,
+        home: Path | None = None,
     ) -> None:
         self.layout = layout
         """Where this project's context lives and why (project or agent scope)."""
@@ -222,6 +224,27 @@ class ContextStore:
         """The task registry: create, start, note, complete, ... and list, history."""
         self.agent = Agent(self)
         """Bootstraps and handoffs between agent runs."""
+        from .scope import agent_home
+
+        self.home = agent_home() if home is None else Path(home)
+        """The agent home: its log holds the token calibration every project shares."""
+        self._calibration: Calibration | None = None
+
+    @property
+    def calibration(self) -> Calibration:
+        """Token calibration over the agent home's log, opened on first use (readonly
+        when the store is), closed with the store. A store that never asks never opens
+        the agent log."""
+        if self._calibration is None:
+            if self._closed:
+                raise LedgerError("store is closed")
+            from .calibration import Calibration  # (exact math: fractions loads only here)
+
+            self._calibration = Calibration(
+                self.home, readonly=self.readonly, clock=self.clock,
+                window=self.config.calibration_window, sync=self.config.sync,
+            )
+        return self._calibration
 
     @classmethod
     def open(
@@ -275,7 +298,7 @@ class ContextStore:
             if owned:
                 ledger.close()
             raise
-        store = cls(layout, ledger, runner, cfg, clock, readonly)
+        store = cls(layout, ledger, runner, cfg, clock, readonly, layout.home)
         store._owns_log = owned
         return store
 
@@ -549,8 +572,17 @@ class ContextStore:
         path_filters: Iterable[str] = (),
         symbol_filters: Iterable[str] = (),
         as_of: int | float | None = None,
+        provider: str | None = None,
+        model: str | None = None,
     ) -> builtins.list[RecallHit]:
-        """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md)."""
+        """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md).
+
+        ``provider`` and ``model`` (default: ``[recall]`` in config.toml) name the
+        calibration profile whose capacity multiplier scales each hit's
+        ``budget_estimate`` (docs/calibration.md); without them the agent log is
+        never opened.
+        """
+        capacity = self._recall_capacity(provider, model)
         if as_of is None:
             # a cold process: the views' checkpoints are checksummed on another core
             # while this thread imports numpy and the recall index
@@ -575,25 +607,39 @@ class ContextStore:
         )
         cstate = states[0]
         assert isinstance(cstate, CacheState)
-        out = [self._with_snippet(h, cstate) for h in hits]
+        out = [self._with_snippet(h, cstate, capacity) for h in hits]
         self._check_mapped()
         return out
 
-    def _with_snippet(self, hit: RecallHit, cstate: CacheState) -> RecallHit:
+    def _recall_capacity(self, provider: str | None, model: str | None) -> Profile | None:
+        """The chars-v1 profile for recall's budgets, or None (uncalibrated)."""
+        provider = provider if provider is not None else self.config.recall_provider
+        model = model if model is not None else self.config.recall_model
+        if provider is None and model is None:
+            return None
+        if provider is None or model is None:
+            raise ValueError("calibrated recall needs both a provider and a model")
+        profile = self.calibration.profile(provider, model)
+        return profile if profile.exact is not None else None
+
+    def _with_snippet(self, hit: RecallHit, cstate: CacheState,
+                      profile: Profile | None = None) -> RecallHit:
         """The index keeps no payload text; the snippet window comes from the logged body.
 
         The body is read and authenticated whole (its content address covers all
         of it); the snippet then reads its texts lazily and only up to its scan
         limit, so a huge packet costs about its bytes' hash, not a walk of its text.
         """
-        from .recall import make_snippet, packet_texts
+        from .recall import budget_estimate, make_snippet, packet_texts
 
+        budget = budget_estimate(hit.budget_estimate["est_bytes"], profile)
         ref = cstate.get(hit.cache_key)
         if ref is None:
-            return hit
+            return attrs.evolve(hit, budget_estimate=budget)
         packet, _meta = self._logged_packet(ref)
         return attrs.evolve(hit, snippet=make_snippet(packet_texts(packet),
-                                                      list(hit.matched_tokens)))
+                                                      list(hit.matched_tokens)),
+                            budget_estimate=budget)
 
     def stats(self) -> dict[str, Any]:
         self._sync()
@@ -744,9 +790,13 @@ class ContextStore:
                     self.runner.checkpoint_error = str(e)
         finally:
             self._closed = True
-            self.runner.ckdir.close()
-            if self._owns_log:
-                self.ledger.close()
+            try:
+                if self._calibration is not None:
+                    self._calibration.close()
+            finally:
+                self.runner.ckdir.close()
+                if self._owns_log:
+                    self.ledger.close()
 
     def __enter__(self) -> ContextStore:
         return self

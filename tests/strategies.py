@@ -70,3 +70,11 @@ batch_lists = st.lists(batches, min_size=1, max_size=8)
 def as_rows(batch: list[Event]) -> list[tuple[str, str | None, Any]]:
     """What a batch should read back as (seq and at aside)."""
     return [(e.kind, e.key, dict(e.data)) for e in batch]
+
+
+#: Token counts of one calibration sample, ``(estimated, actual)``: small ones, so that
+#: equal ratios (MAD = 0) come up, and some far from the rest (outliers).
+token_pairs = st.tuples(st.integers(1, 50), st.integers(1, 200))
+
+#: The samples of one calibration window, oldest first.
+token_windows = st.lists(token_pairs, min_size=0, max_size=30)

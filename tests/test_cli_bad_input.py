@@ -150,6 +150,63 @@ TASK_CASES = [
     case("negative", "task watch", "--root", R, "--interval", "-1"),
     case("negative", "agent show", "--root", R, "--as-of", "999"),
 ]
+CAL = ["--provider", "p", "--model", "m"]
+CALIBRATION_CASES = [  # (nothing may reach the agent home: the test checks it stays absent)
+    case("types", "calibration record", "--root", R, *CAL, "--estimated", "ten", "--actual", "1"),
+    case("types", "calibration record", "--root", R, *CAL, "--estimated", "true",
+         "--actual", "1"),  # bool-like
+    case("types", "calibration record", "--root", R, *CAL, "--estimated", "1.5", "--actual", "1"),
+    case("types", "calibration record", "--root", R, *CAL, "--estimated", "1_000",
+         "--actual", "1"),
+    case("types", "calibration record", "--root", R, *CAL, "--estimated", "\u0661",
+         "--actual", "1"),  # an Arabic-Indic digit one: only ASCII digits are numbers
+    case("types", "calibration record", "--root", R, "--model", "m", "--estimated", "1",
+         "--actual", "1"),  # --provider is required
+    case("types", "calibration record", "--root", R, *CAL, "--estimated", "5", "--actual", "0"),
+    case("types", "calibration record", "--root", R, "--provider", "", "--model", "m",
+         "--estimated", "5", "--actual", "5"),
+    case("types", "calibration show", "--root", R, "--provider", "p"),  # without --model
+    case("types", "calibration show", "--root", R, "--window", "0"),
+    case("huge", "calibration record", "--root", R, *CAL, "--estimated", BIG, "--actual", "1"),
+    case("huge", "calibration record", "--root", R, *CAL, "--estimated", "1",
+         "--actual", str(2**63)),
+    case("huge", "calibration record", "--root", R, "--provider", "p" * 201, "--model", "m",
+         "--estimated", "1", "--actual", "1"),
+    case("huge", "calibration show", "--root", R, "--window", BIG),
+    case("huge", "calibration show", "--root", R, "--provider", "p", "--model", "m" * 5000),
+    case("utf8", "calibration record", "--root", R, "--provider", b"p\xff", "--model", "m",
+         "--estimated", "1", "--actual", "1"),
+    case("utf8", "calibration record", "--root", R, *CAL, "--estimated", b"1\xff",
+         "--actual", "1"),
+    case("utf8", "calibration show", "--root", R, "--provider", b"\xff", "--model", "m"),
+    case("control", "calibration record", "--root", R, "--provider", "p", "--model",
+         "m\x1b[2J", "--estimated", "1", "--actual", "1"),
+    case("control", "calibration record", "--root", R, *CAL, "--estimator", "c\x07",
+         "--estimated", "1", "--actual", "1"),
+    case("control", "calibration record", "--root", R, *CAL, "--estimated", "\x1b",
+         "--actual", "1"),
+    case("control", "calibration show", "--root", R, "--provider", "\x9b1", "--model", "m"),
+    case("nonfinite", "calibration record", "--root", R, *CAL, "--estimated", "inf",
+         "--actual", "1"),
+    case("nonfinite", "calibration record", "--root", R, *CAL, "--estimated", "1",
+         "--actual", "nan"),
+    case("nonfinite", "calibration show", "--root", R, "--window", "inf"),
+    case("negative", "calibration record", "--root", R, *CAL, "--estimated", "0",
+         "--actual", "1"),
+    case("negative", "calibration record", "--root", R, *CAL, "--estimated", "-5",
+         "--actual", "1"),
+    case("negative", "calibration record", "--root", R, *CAL, "--estimated", "1",
+         "--actual", "1", "--cache-read", "-1"),
+    case("negative", "calibration show", "--root", R, "--window", "-1"),
+    # calibration ignores --root (its samples are the agent's), so a root that is a file is
+    # no error of its own; these fail for their other bad value, and write nothing there
+    case("types", "recall", "--root", R, "-q", "x", "--provider", "p"),  # without --model
+    case("control", "recall", "--root", R, "-q", "x", "--provider", "p", "--model", "m\x1b[2J"),
+    case("huge", "recall", "--root", R, "-q", "x", "--provider", "p" * 201, "--model", "m"),
+    case("traversal", "calibration record", "--root", PASSWD, "--provider", "../../etc",
+         "--model", "passwd", "--estimated", "1", "--actual", "-1"),
+    case("traversal", "calibration show", "--root", PASSWD, "--provider", "../../etc"),
+]
 MCP_CASES = [  # (a root with a store would serve: every case fails before that)
     case("types", "mcp", "--root", R, "--bogus"),
     case("types", "mcp", "--root", R, "serve-it"),  # no such subcommand
@@ -324,6 +381,7 @@ CASES = [
     *TASK_CASES,
     *MCP_CASES,
     *ARTIFACT_CASES,
+    *CALIBRATION_CASES,
     case("types", "log head", "--root", R, "extra"),
     case("huge", "log head", "--root", f"R/{LONG}", code=1),
     case("control", "log head", "--root", "R/\x1b[2J", code=1),  # no store there

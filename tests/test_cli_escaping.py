@@ -109,6 +109,7 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("mcp", "config"), ["mcp", "config", *R], None),
         (("mcp", "config"), ["mcp", "config", *R, "--client", HOSTILE], None),
         *task_invocations(R, data),
+        *calibration_invocations(R),
     ]
 
 
@@ -143,6 +144,44 @@ def task_invocations(R: list[str], data: str) -> list[Run]:
         (("agent", "show"), ["agent", "show", *R, "--history"], None),
         (("agent", "consume"), ["agent", "consume", *R, HOSTILE], None),
     ]
+
+
+BIDI = "p\u202eevil\u202c\u2066x\u2069\u200f\u2028\u061c"
+"""A name the writer accepts (no control character) that a terminal would still reorder."""
+
+
+def calibration_invocations(R: list[str]) -> list[Run]:
+    """A sample whose provider and model reorder text, names with control characters
+    (refused, and quoted in the error), and both shown."""
+    rec = ["--estimated", "10", "--actual", "12"]
+    return [
+        *((("calibration", "record"), ["calibration", "record", *R, "--provider", BIDI,
+                                       "--model", f"m{BIDI}", *rec], None) for _ in range(3)),
+        (("calibration", "record"), ["calibration", "record", *R, "--provider", HOSTILE,
+                                     "--model", "m", *rec], None),
+        (("calibration", "show"), ["calibration", "show", *R], None),
+        (("calibration", "show"), ["calibration", "show", *R, "--provider", BIDI,
+                                   "--model", f"m{BIDI}"], None),
+        (("calibration", "show"), ["calibration", "show", *R, "--provider", HOSTILE,
+                                   "--model", HOSTILE], None),
+    ]
+
+
+def test_a_hostile_calibration_name_is_printed_escaped(root: Path) -> None:
+    for _ in range(3):
+        res = run("calibration", "record", "--provider", BIDI, "--model", f"m{BIDI}",
+                  "--estimated", "10", "--actual", "12")
+        assert res.exit_code == 0, res.output
+    shown = run("calibration", "show")
+    assert shown.exit_code == 0 and not unsafe_chars(shown.stdout)
+    assert shown.stdout.splitlines()[0] == f"{safe(BIDI)} / m{safe(BIDI)} / chars-v1"
+    assert len(shown.stdout.splitlines()) == 4  # the profile's own lines, none added
+    doc = json.loads(run("calibration", "show", "--json").stdout)
+    assert doc["profiles"][0]["provider"] == BIDI and doc["profiles"][0]["multiplier"] == 1.2
+    refused = run("calibration", "record", "--provider", HOSTILE, "--model", "m",
+                  "--estimated", "1", "--actual", "1")
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("error: provider must not contain control characters")
 
 
 def test_every_command_is_exercised(root: Path) -> None:

@@ -415,6 +415,36 @@ def test_writes_by_another_process_show_in_the_next_answer(root: Path) -> None:
 
 
 @needs_mcp
+def test_recall_with_a_provider_and_model_is_calibrated_from_the_agent_log(root: Path) -> None:
+    from projections.scope import agent_home
+
+    home = agent_home()  # (the client passes no CTXLEDGER_HOME of its own: give it the test's)
+    command = (sys.executable, server_args(root), {**ENV, "CTXLEDGER_HOME": str(home)})
+    q = {"query": "parse header", "limit": 3}
+
+    async def body(c: Any) -> None:
+        plain = (await call(c, "recall", **q, provider="anthropic", model="claude"))["hits"]
+        assert plain and all(not h["budget_estimate"]["calibrated"] for h in plain)
+        cli(root, "calibration", "record", "--provider", "anthropic", "--model", "claude",
+            "--estimated", "10", "--actual", "13")  # another process, another day
+        for _ in range(2):
+            cli(root, "calibration", "record", "--provider", "anthropic", "--model", "claude",
+                "--estimated", "20", "--actual", "26")
+        got = await call(c, "recall", **q, provider="anthropic", model="claude")
+        with ContextStore.open(root, readonly=True, home=home) as st:
+            want = st.recall(q["query"], limit=3, provider="anthropic", model="claude")
+        assert_same_hits(got, want)
+        budget = got["hits"][0]["budget_estimate"]
+        assert budget["calibrated"] and budget["multiplier"] == 1.3
+        chars_v1 = (budget["est_bytes"] + 3) // 4  # ceil(bytes / 4)
+        assert budget["est_tokens"] == (chars_v1 * 13 + 9) // 10  # ceil(chars_v1 x 1.3)
+        refused = await c.call_tool("recall", {**q, "provider": "anthropic"})
+        assert refused.is_error and "both a provider and a model" in refused.content[0].text
+
+    session(root, body, command=command)
+
+
+@needs_mcp
 def test_200_sequential_recalls_through_the_configured_command(root: Path) -> None:
     """The server `mcp config` describes starts, and answers 200 recalls in a row."""
     res = CliRunner().invoke(ctxledger, ["mcp", "config", "--root", str(root)])

@@ -352,7 +352,8 @@ every_seconds = 2.5
     [
         ("[cache]\nttl_secondz = 5\n", "[cache] 'ttl_secondz'"),
         ("[store]\nsync = \"always\"\nmax_bytes = 1\n", "[store] 'max_bytes'"),
-        ("[recall]\nlimit = 4\n", "'recall'"),  # a table no view reads
+        ("[recal]\nlimit = 4\n", "'recal'"),  # a table no view reads
+        ("[recall]\nlimit = 4\n", "[recall] 'limit'"),  # recall reads provider and model only
         ("ttl_seconds = 5\n", "'ttl_seconds'"),  # a key outside its table
     ],
 )

@@ -334,3 +334,15 @@ def test_two_projects_writing_the_agent_log_at_once_lose_nothing(
         with ContextStore.open(r, storage_scope="agent", readonly=True) as st:
             assert {e.cache_key for e in st.list(limit=1000)} == set(keys)
             assert {e.target for e in st.list(limit=1000)} == {r.name}
+
+
+def test_storage_reports_calibration_from_the_agent_home(roots: tuple[Path, Path],
+                                                         home: Path) -> None:
+    a, b = roots
+    with ContextStore.open(a) as st:
+        st.calibration.record("p", "m", 100, 110)
+        st.calibration.record("p", "m2", 100, 90)
+    rep = storage_report(b)  # another project: the same agent home, the same calibration
+    assert rep["calibration"]["profiles"] == 2 and rep["calibration"]["samples"] == 2
+    assert rep["logs"]["agent"]["events"] == 2
+    assert rep["calibration"]["watermark_seq"] == 2

@@ -10,11 +10,20 @@ from __future__ import annotations
 from .index import BOOSTS, K1, MAX_QUERY_CHARS, MAX_QUERY_TERMS, SCOPES, B, RecallIndex
 from .snippet import make_snippet
 from .tokenize import tokenize
-from .types import RecallDoc, RecallHit, est_tokens, packet_texts, payload_strings
+from .types import (
+    ESTIMATOR,
+    RecallDoc,
+    RecallHit,
+    budget_estimate,
+    est_tokens,
+    packet_texts,
+    payload_strings,
+)
 
 __all__ = [
     "B",
     "BOOSTS",
+    "ESTIMATOR",
     "K1",
     "MAX_QUERY_CHARS",
     "MAX_QUERY_TERMS",
@@ -22,6 +31,7 @@ __all__ = [
     "RecallDoc",
     "RecallHit",
     "RecallIndex",
+    "budget_estimate",
     "est_tokens",
     "make_snippet",
     "packet_texts",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from ..calibration import Profile
 
 _join = "".join
 
@@ -188,8 +190,26 @@ def _payload_tuple(payload: Any) -> tuple[str, ...]:
 
 
 def est_tokens(est_bytes: int) -> int:
-    """Token estimate of an entry: ceil(bytes / 4) (the usual ~4 bytes per token)."""
-    return math.ceil(max(0, est_bytes) / 4)
+    """Token estimate of an entry, estimator ``chars-v1``: ceil(bytes / 4) (the usual
+    ~4 bytes per token), bytes being those of the packet's canonical encoding."""
+    return -(-max(0, est_bytes) // 4)
+
+
+ESTIMATOR = "chars-v1"
+
+
+def budget_estimate(est_bytes: int, profile: Profile | None = None) -> dict[str, Any]:
+    """A hit's ``budget_estimate``: chars-v1 tokens, scaled up by the calibration
+    ``profile``'s capacity multiplier when it has a multiplier (docs/calibration.md)."""
+    calibrated = profile is not None and profile.exact is not None
+    base = est_tokens(est_bytes)
+    return {
+        "est_tokens": profile.tokens(base) if profile is not None and calibrated else base,
+        "est_bytes": est_bytes,
+        "estimator": ESTIMATOR,
+        "multiplier": profile.capacity_multiplier if profile is not None and calibrated else 1.0,
+        "calibrated": calibrated,
+    }
 
 
 @attrs.frozen
@@ -207,7 +227,7 @@ class RecallHit:
     match_reasons: tuple[str, ...]
     packet_types: tuple[str, ...]
     task_ids: tuple[str, ...]
-    budget_estimate: dict[str, int]
+    budget_estimate: dict[str, Any]
     created_at_unix: float
     age_secs: float
 
