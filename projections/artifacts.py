@@ -174,9 +174,7 @@ class ArtifactDir:
             fd = private.create_file(tmp, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
             try:
                 try:
-                    view = memoryview(doc)
-                    while view:
-                        view = view[os.write(fd, view):]
+                    _osio.write_all(fd, doc, 0)
                     _osio.fsync(fd)
                 finally:
                     os.close(fd)
