@@ -30,6 +30,7 @@ from eventstore import CorruptLogError, Event, Ledger, LedgerError, LedgerIOErro
 from .checkpoints import CheckpointDir
 from .config import MAX_WINDOW, label_error
 from .runner import Projection, Runner
+from .scope import agent_checkpoints_dir, agent_log_dir
 
 NAME = "calibration"
 VERSION = 1
@@ -367,11 +368,11 @@ class Calibration:
 
     @property
     def log_dir(self) -> Path:
-        return self.home / "log"
+        return agent_log_dir(self.home)
 
     @property
     def checkpoints_dir(self) -> Path:
-        return self.home / "checkpoints"
+        return agent_checkpoints_dir(self.home)
 
     def _open(self, *, create: bool) -> Runner | None:
         """The runner over the agent log, opened on first use; None while there is no

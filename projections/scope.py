@@ -44,6 +44,16 @@ def agent_home(env: Mapping[str, str] | None = None) -> Path:
     return Path(os.path.expanduser("~")) / STORE_DIR
 
 
+def agent_log_dir(home: Path) -> Path:
+    """The agent log: token calibration (whatever the scope), and agent-scope projects."""
+    return home / "log"
+
+
+def agent_checkpoints_dir(home: Path) -> Path:
+    """Checkpoints of the agent's own views (calibration)."""
+    return home / "checkpoints"
+
+
 def canonical_root(root: str | os.PathLike[str]) -> Path | None:
     """``root`` absolute with every symlink resolved (a missing tail is kept as
     given); None when it cannot be resolved (a symlink loop, an unreadable or
@@ -127,13 +137,7 @@ class Layout:
 
     @property
     def agent_log_dir(self) -> Path:
-        """The agent log (calibration, whatever the scope)."""
-        return self.home / "log"
-
-    @property
-    def agent_checkpoints_dir(self) -> Path:
-        """Checkpoints of the agent's own views (calibration)."""
-        return self.home / "checkpoints"
+        return agent_log_dir(self.home)
 
     @property
     def config_paths(self) -> list[Path]:
