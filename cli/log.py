@@ -141,12 +141,13 @@ def log_show(
     """
     if to_seq is not None and to_seq < from_seq:
         raise click.BadParameter(f"{to_seq} is before --from {from_seq}", param_hint="'--to'")
-    events = _ours(ctx, ctx.ledger().read(from_seq, to_seq))
+    events = own_events(ctx, ctx.ledger().read(from_seq, to_seq))
     _emit_events(ctx, _select(events, kind, key, limit))
 
 
-def _ours(ctx: Ctx, events: Iterable[Event]) -> Iterable[Event]:
-    """In agent scope, only this project's events of the shared log; else all of them."""
+def own_events(ctx: Ctx, events: Iterable[Event]) -> Iterable[Event]:
+    """In agent scope, only this project's events of the shared log; else all of them
+    (every command that reads the raw log for people goes through here)."""
     tag = ctx.layout.tag
     if tag is None:
         return events
@@ -210,12 +211,12 @@ def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
     if ctx.layout.tag is None:
         recent = led.read(max(1, head - count + 1), head) if count and head else iter(())
     else:  # the project's newest events may be anywhere in the shared log
-        recent = collections.deque(_ours(ctx, led.read(1, head)), maxlen=count) if count \
+        recent = collections.deque(own_events(ctx, led.read(1, head)), maxlen=count) if count \
             else iter(())
     if not follow:
         _emit_events(ctx, recent)
         return
-    for e in itertools.chain(recent, _ours(ctx, follow_log(led, head, interval))):
+    for e in itertools.chain(recent, own_events(ctx, follow_log(led, head, interval))):
         if ctx.json:
             ctx.emit_jsonl(event_json(e))
         else:

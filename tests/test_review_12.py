@@ -1,0 +1,53 @@
+"""Regressions found reviewing issue 12 (scopes, calibration, artifacts, storage)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import cli.task as task_cli
+from cli.main import ctxledger
+from eventstore import Event, LogBackend
+from projections import ContextStore
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = tmp_path / "proj-a", tmp_path / "proj-b"
+    a.mkdir()
+    b.mkdir()
+    return a, b
+
+
+def cli(*args: str, input: str | None = None) -> tuple[int, str, str]:
+    r = CliRunner().invoke(ctxledger, list(args), input=input)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_task_watch_in_agent_scope_prints_only_this_projects_events(
+    roots: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = roots
+    A = ("--root", str(a), "--storage-scope", "agent")
+    assert cli("init", *A)[0] == 0
+    code, out, _ = cli("task", "create", "--title", "mine", "--id", "a-task", "--json", *A)
+    assert code == 0, out
+
+    def follow_once(led: LogBackend, after: int, interval: float) -> Iterator[Event]:
+        # meanwhile, project B (agent scope too) creates a task and A starts its own
+        with ContextStore.open(b, storage_scope="agent") as sb:
+            sb.tasks.create("secret of b", id="b-task")
+        with ContextStore.open(a, storage_scope="agent") as sa:
+            sa.tasks.start("a-task")
+        yield from led.read(after + 1, led.head)
+
+    monkeypatch.setattr(task_cli, "follow_log", follow_once)
+    code, out, err = cli("task", "watch", "--json", *A)
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [(r["id"], r["kind"]) for r in rows] == [("a-task", "task.started")]
+    assert "secret" not in out and "b-task" not in out
