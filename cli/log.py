@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import attrs
 import click
 
 from eventstore import Event, LogBackend, Receipt, head_anchor
@@ -82,8 +83,18 @@ def log_append(
             event = tag_event(event, tag)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--data'") from None
+    stored_id = batch_id
+    if tag is not None and batch_id is not None:
+        from projections.scope import scoped_batch_id
+
+        try:  # the shared log's idempotency window spans every project
+            stored_id = scoped_batch_id(batch_id, tag)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--batch-id'") from None
     led = ctx.ledger(write=True)
-    r = led.append([event], expected_head=expected_head, batch_id=batch_id)
+    r = led.append([event], expected_head=expected_head, batch_id=stored_id)
+    if stored_id != batch_id:
+        r = attrs.evolve(r, batch_id=batch_id)  # the id as the caller knows it
     ctx.emit(_receipt_json(r), human=_receipt_text(r))
 
 

@@ -51,3 +51,31 @@ def test_task_watch_in_agent_scope_prints_only_this_projects_events(
     rows = [json.loads(line) for line in out.splitlines()]
     assert [(r["id"], r["kind"]) for r in rows] == [("a-task", "task.started")]
     assert "secret" not in out and "b-task" not in out
+
+
+def test_log_append_batch_ids_do_not_collide_between_projects(roots: tuple[Path, Path]) -> None:
+    a, b = roots
+    A = ("--root", str(a), "--storage-scope", "agent")
+    B = ("--root", str(b), "--storage-scope", "agent")
+    assert cli("init", *A)[0] == 0
+    code, out, err = cli("log", "append", "--kind", "demo.x", "--data", '{"who": "a"}',
+                         "--batch-id", "setup-1", "--json", *A)
+    assert code == 0 and json.loads(out)["duplicate"] is False, err
+    # project b's first append with the same id is its own, and is written
+    code, out, err = cli("log", "append", "--kind", "demo.x", "--data", '{"who": "b"}',
+                         "--batch-id", "setup-1", "--json", *B)
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["duplicate"] is False and r["batch_id"] == "setup-1"
+    code, out, _ = cli("log", "show", "--json", *B)
+    assert [e["data"]["who"] for e in json.loads(out)["events"]] == ["b"]
+    # a retry in project b is still idempotent, and says so with b's own id
+    code, out, err = cli("log", "append", "--kind", "demo.x", "--data", '{"who": "b"}',
+                         "--batch-id", "setup-1", "--json", *B)
+    assert code == 0 and json.loads(out) == {**r, "duplicate": True}, err
+    # an id too long once prefixed is a usage error: one line, nothing written
+    head = json.loads(cli("log", "head", "--json", *B)[1])
+    code, out, err = cli("log", "append", "--kind", "demo.x", "--data", "{}",
+                         "--batch-id", "x" * 190, *B)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "batch" in err, err
+    assert json.loads(cli("log", "head", "--json", *B)[1]) == head
