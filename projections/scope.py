@@ -131,11 +131,6 @@ class Layout:
         return self.home / "log"
 
     @property
-    def agent_checkpoints_dir(self) -> Path:
-        """Checkpoints of the agent's own views (calibration)."""
-        return self.home / "checkpoints"
-
-    @property
     def config_paths(self) -> list[Path]:
         """Config files in force, weakest first: the agent's, then the project's."""
         paths = [self.home / "config.toml"]
