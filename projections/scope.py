@@ -169,6 +169,8 @@ def resolve(
         return layout("agent", "unresolvable root",
                       f"{given} cannot be resolved: its context lives in the agent home")
     broad = broad_root(canon)
+    if broad is None and canonical_root(home) == canon / STORE_DIR:
+        broad = "where the agent home is (its store would be the shared agent log)"
     if broad is not None:
         return layout("agent", "broad root",
                       f"{canon} is {broad}: no project store is made there; "

@@ -79,3 +79,15 @@ def test_log_append_batch_ids_do_not_collide_between_projects(roots: tuple[Path,
                          "--batch-id", "x" * 190, *B)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "batch" in err, err
     assert json.loads(cli("log", "head", "--json", *B)[1]) == head
+
+
+def test_a_root_whose_store_dir_is_the_agent_home_is_agent_scope(
+    roots: tuple[Path, Path]
+) -> None:
+    a, b = roots
+    home = a / ".ctxledger"  # $CTXLEDGER_HOME inside a project: its store would be the agent log
+    with ContextStore.open(b, home=home, storage_scope="agent") as sb:
+        sb.put({"target": "t", "summary": "secret of b"})
+    with ContextStore.open(a, home=home, storage_scope="project") as sa:
+        assert (sa.layout.scope, sa.layout.fallback) == ("agent", True)
+        assert sa.list() == []  # b's entries stay b's
