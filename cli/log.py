@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import attrs
 import click
 
 from eventstore import Event, LogBackend, Receipt, head_anchor
@@ -82,8 +83,18 @@ def log_append(
             event = tag_event(event, tag)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="'--data'") from None
+    stored_id = batch_id
+    if tag is not None and batch_id is not None:
+        from projections.scope import scoped_batch_id
+
+        try:  # the shared log's idempotency window spans every project
+            stored_id = scoped_batch_id(batch_id, tag)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="'--batch-id'") from None
     led = ctx.ledger(write=True)
-    r = led.append([event], expected_head=expected_head, batch_id=batch_id)
+    r = led.append([event], expected_head=expected_head, batch_id=stored_id)
+    if stored_id != batch_id:
+        r = attrs.evolve(r, batch_id=batch_id)  # the id as the caller knows it
     ctx.emit(_receipt_json(r), human=_receipt_text(r))
 
 
@@ -141,12 +152,13 @@ def log_show(
     """
     if to_seq is not None and to_seq < from_seq:
         raise click.BadParameter(f"{to_seq} is before --from {from_seq}", param_hint="'--to'")
-    events = _ours(ctx, ctx.ledger().read(from_seq, to_seq))
+    events = own_events(ctx, ctx.ledger().read(from_seq, to_seq))
     _emit_events(ctx, _select(events, kind, key, limit))
 
 
-def _ours(ctx: Ctx, events: Iterable[Event]) -> Iterable[Event]:
-    """In agent scope, only this project's events of the shared log; else all of them."""
+def own_events(ctx: Ctx, events: Iterable[Event]) -> Iterable[Event]:
+    """In agent scope, only this project's events of the shared log; else all of them
+    (every command that reads the raw log for people goes through here)."""
     tag = ctx.layout.tag
     if tag is None:
         return events
@@ -210,12 +222,12 @@ def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
     if ctx.layout.tag is None:
         recent = led.read(max(1, head - count + 1), head) if count and head else iter(())
     else:  # the project's newest events may be anywhere in the shared log
-        recent = collections.deque(_ours(ctx, led.read(1, head)), maxlen=count) if count \
+        recent = collections.deque(own_events(ctx, led.read(1, head)), maxlen=count) if count \
             else iter(())
     if not follow:
         _emit_events(ctx, recent)
         return
-    for e in itertools.chain(recent, _ours(ctx, follow_log(led, head, interval))):
+    for e in itertools.chain(recent, own_events(ctx, follow_log(led, head, interval))):
         if ctx.json:
             ctx.emit_jsonl(event_json(e))
         else:

@@ -10,7 +10,7 @@ from projections.task_api import TaskEvent, TaskInfo
 from projections.tasks import NOTE_TYPES, STATES, STATUS_NAMES, TaskState, valid_id
 
 from .inputs import INTERVAL, JSON_OBJECT, SEQ_OR_TIME, FiniteFloat
-from .log import follow_log
+from .log import follow_log, own_events
 from .options import Ctx, examples, group_options, store_options
 from .output import dumps, iso_time, safe
 from .views import naming, open_store, usage_errors
@@ -279,7 +279,8 @@ def task_watch(ctx: Ctx, task_id: str | None, interval: float) -> None:
     st = open_store(ctx)
     state = st.runner.state("tasks")
     assert isinstance(state, TaskState)
-    for ev in follow_log(st.ledger, state.seq, interval):  # from where the view stands
+    # from where the view stands; in agent scope, only this project's events of the shared log
+    for ev in own_events(ctx, follow_log(st.ledger, state.seq, interval)):
         state.apply(ev)
         if not ev.kind.startswith("task.") or (task_id is not None and ev.key != task_id):
             continue

@@ -137,6 +137,7 @@ class Layout:
 
     @property
     def agent_log_dir(self) -> Path:
+        """The agent log (calibration, whatever the scope)."""
         return agent_log_dir(self.home)
 
     @property
@@ -178,6 +179,8 @@ def resolve(
         return layout("agent", "unresolvable root",
                       f"{given} cannot be resolved: its context lives in the agent home")
     broad = broad_root(canon)
+    if broad is None and canonical_root(home) == canon / STORE_DIR:
+        broad = "where the agent home is (its store would be the shared agent log)"
     if broad is not None:
         return layout("agent", "broad root",
                       f"{canon} is {broad}: no project store is made there; "
@@ -207,6 +210,27 @@ def tag_event(event: Event, project: str) -> Event:
     if PROJECT_TAG in data:
         return event
     return attrs.evolve(event, data={PROJECT_TAG: project, **data})
+
+
+MAX_BATCH_ID = 200
+"""The log's limit on an idempotency id (``eventstore``), the project prefix included."""
+
+
+def scoped_batch_id(batch_id: str, project: str | None) -> str:
+    """The idempotency id an append stores: in agent scope ``<project id>:<batch_id>``.
+
+    The shared log's idempotency window spans every project: unprefixed, one
+    project's retry of ``setup-1`` would be taken for another project's
+    ``setup-1`` and silently not written. ``ValueError`` when the prefixed id
+    is longer than the log accepts.
+    """
+    if project is None:
+        return batch_id
+    scoped = f"{project}:{batch_id}"
+    if len(scoped) > MAX_BATCH_ID:
+        raise ValueError(f"a batch id has at most {MAX_BATCH_ID - len(project) - 1} "
+                         "characters in agent scope")
+    return scoped
 
 
 def is_project_event(event: Event, project: str) -> bool:

@@ -105,7 +105,6 @@ def store_dir(root: str | os.PathLike[str]) -> Path:
     return Path(root) / STORE_DIR
 
 
-STORE_SUBDIRS = ("log", "checkpoints", "artifacts")
 GITIGNORE = b"# ctxledger: a store is private and rebuildable; never commit it\n*\n"
 
 
