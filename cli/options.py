@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 import click
 
-from eventstore import Ledger, StoreNotFoundError
+from eventstore import Ledger
 
 from . import output
 from .inputs import COUNT as COUNT  # (re-exported: commands written before cli.inputs)
@@ -96,8 +96,9 @@ class Ctx:
 
     def require_store(self) -> None:
         """Fail with one clear line unless ``ctxledger init`` has run at this root."""
-        if not self.log_dir.is_dir():
-            raise StoreNotFoundError(self.store_dir)
+        from projections.store import require_store
+
+        require_store(self.layout)
 
     # --- resources ------------------------------------------------------------------
 

@@ -57,10 +57,15 @@ class Checkpoint:
 class CheckpointDir:
     """The ``checkpoints/`` directory: checked reads and atomic writes."""
 
-    def __init__(self, path: Path, *, readonly: bool, mapped: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, readonly: bool, mapped: bool = False, project: str | None = None
+    ) -> None:
         self.path = path
         self.readonly = readonly
         self.mapped = mapped
+        self.project = project
+        """Agent scope: the project whose views these are; written into each header and
+        required on load, so a checkpoint of one project never serves another."""
         # files mapped so far: (path, identity when mapped), for changed_in_place
         self._maps: list[tuple[Path, tuple[int, ...]]] = []
         self._prefetched: dict[str, _Prefetch] = {}
@@ -86,7 +91,7 @@ class CheckpointDir:
             except (OSError, ValueError):
                 refused.append(f"{source}: unreadable")
                 continue
-            ck, why = _decode(raw, name, source, digest)
+            ck, why = _decode(raw, name, source, digest, self.project)
             if ck is None:
                 refused.append(f"{source}: {why}")
             else:
@@ -175,8 +180,11 @@ class CheckpointDir:
             return
         try:
             private.make_dirs(self.path)
-            prefix = _prefix({"name": name, "version": version, "seq": seq, "digest": digest,
-                              "written_at": time.time()})
+            header = {"name": name, "version": version, "seq": seq, "digest": digest,
+                      "written_at": time.time()}
+            if self.project is not None:
+                header["project"] = self.project
+            prefix = _prefix(header)
             h = blake3.blake3()
             h.update(prefix)
             h.update(body)
@@ -350,7 +358,8 @@ def _checksum(raw: memoryview) -> bytes | None:
 
 
 def _decode(
-    raw: memoryview, name: str, source: str, digest: bytes | None = None
+    raw: memoryview, name: str, source: str, digest: bytes | None = None,
+    project: str | None = None,
 ) -> tuple[Checkpoint | None, str]:
     """Check and split one checkpoint file; ``digest``: its checksum, already computed."""
     if len(raw) < len(MAGIC) + 4 + SUM_SIZE:
@@ -372,8 +381,11 @@ def _decode(
             header["name"], int(header["version"]), int(header["seq"]), bytes(header["digest"]),
             raw[12 + hlen : body_end], source,
         )
+        owner = header.get("project")
     except Exception:
         return None, "bad header"
     if ck.name != name:
         return None, "belongs to another view"
+    if owner != project:
+        return None, "belongs to another project"
     return ck, ""

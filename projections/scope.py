@@ -119,10 +119,19 @@ class Layout:
         return self.store_dir / "log"
 
     @property
+    def marker(self) -> Path:
+        """The directory whose existence says ``init`` ran for this project: its log in
+        project scope; in agent scope, its own directory in the agent home (the shared
+        log alone says nothing about which projects were initialised)."""
+        if self.scope == "project":
+            return self.log_dir
+        return self.home / "projects" / self.project_id
+
+    @property
     def checkpoints_dir(self) -> Path:
         if self.scope == "project":
             return self.project_dir / "checkpoints"
-        return self.home / "projects" / self.project_id / "checkpoints"
+        return self.marker / "checkpoints"
 
     @property
     def artifacts_dir(self) -> Path:

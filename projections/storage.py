@@ -100,7 +100,7 @@ def storage_report(
     ``views`` are the project's views, loaded as a reader would load them;
     empty when the store does not exist yet.
     """
-    from .store import ContextStore, open_layout
+    from .store import ContextStore, open_layout, store_exists
 
     layout, _cfg = open_layout(root, home=home, storage_scope=storage_scope)
     logs: dict[str, Any] = {}
@@ -108,7 +108,7 @@ def storage_report(
         logs["project"] = log_report(layout.log_dir)
     logs["agent"] = log_report(layout.agent_log_dir)
     doc: dict[str, Any] = {"scope": layout_report(layout), "logs": logs, "views": {}}
-    if layout.log_dir.is_dir():
+    if store_exists(layout):
         with ContextStore.open(root, readonly=True, home=home,
                                storage_scope=storage_scope) as store:
             doc["views"] = views_report(store)

@@ -162,6 +162,18 @@ def init_layout(layout: Layout, *, with_log: bool = True) -> bool:
     return new
 
 
+def store_exists(layout: Layout) -> bool:
+    """Has ``init`` (or a writer) made the store this layout names?"""
+    return layout.log_dir.is_dir() and layout.marker.is_dir()
+
+
+def require_store(layout: Layout) -> None:
+    """Raise :class:`StoreNotFoundError` unless :func:`store_exists`; it names the
+    project's own directory in agent scope, where the shared log may well exist."""
+    if not store_exists(layout):
+        raise StoreNotFoundError(layout.store_dir if layout.scope == "project" else layout.marker)
+
+
 def _write_gitignore(path: Path) -> None:
     try:
         fd = private.create_file(path, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
@@ -272,8 +284,8 @@ class ContextStore:
         caller's to close.
         """
         layout, cfg = open_layout(root, home=home, storage_scope=storage_scope, config=config)
-        if readonly and log is None and not layout.log_dir.is_dir():
-            raise StoreNotFoundError(layout.store_dir)
+        if readonly and log is None:
+            require_store(layout)
         if not readonly:
             init_layout(layout, with_log=log is None)
         owned = log is None
@@ -284,7 +296,8 @@ class ContextStore:
         try:
             runner = Runner(
                 ledger,
-                CheckpointDir(layout.checkpoints_dir, readonly=readonly, mapped=map_checkpoints),
+                CheckpointDir(layout.checkpoints_dir, readonly=readonly, mapped=map_checkpoints,
+                              project=layout.tag),
                 projections(),
                 every_events=cfg.checkpoint_every_events,
                 every_seconds=cfg.checkpoint_every_seconds,

@@ -57,7 +57,7 @@ def test_log_append_batch_ids_do_not_collide_between_projects(roots: tuple[Path,
     a, b = roots
     A = ("--root", str(a), "--storage-scope", "agent")
     B = ("--root", str(b), "--storage-scope", "agent")
-    assert cli("init", *A)[0] == 0
+    assert cli("init", *A)[0] == 0 and cli("init", *B)[0] == 0
     code, out, err = cli("log", "append", "--kind", "demo.x", "--data", '{"who": "a"}',
                          "--batch-id", "setup-1", "--json", *A)
     assert code == 0 and json.loads(out)["duplicate"] is False, err

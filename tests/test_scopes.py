@@ -247,7 +247,11 @@ def test_cli_agent_scope_isolation_and_storage(roots: tuple[Path, Path], home: P
     (home / "config.toml").write_text('[storage]\nscope = "agent"\n')
     code, out, _ = cli("store", "list", "--root", str(a))
     assert code == 1  # no store yet: only init creates one
-    assert cli("init", "--root", str(a))[0] == 0  # the shared log: b needs no init of its own
+    assert cli("init", "--root", str(a))[0] == 0
+    # the shared log exists now, but b was never initialised: a mistyped root fails
+    code, _out, err = cli("store", "list", "--root", str(b))
+    assert code == 1 and "projects" in err and "ctxledger init" in err
+    assert cli("init", "--root", str(b))[0] == 0
     code, out, _ = cli("store", "put", "--root", str(a), "--json",
                        input=json.dumps(packet("cli alpha")))
     assert code == 0
@@ -346,3 +350,24 @@ def test_storage_reports_calibration_from_the_agent_home(roots: tuple[Path, Path
     assert rep["calibration"]["profiles"] == 2 and rep["calibration"]["samples"] == 2
     assert rep["logs"]["agent"]["events"] == 2
     assert rep["calibration"]["watermark_seq"] == 2
+
+
+def test_a_checkpoint_of_one_project_never_serves_another(roots: tuple[Path, Path],
+                                                          home: Path) -> None:
+    import shutil
+
+    a, b = roots
+    with ContextStore.open(a, storage_scope="agent") as sa:
+        sa.put(packet("only in a"))
+        sa.checkpoint()
+        a_ck = sa.layout.checkpoints_dir
+    with ContextStore.open(b, storage_scope="agent") as sb:
+        sb.checkpoint()
+        b_ck = sb.layout.checkpoints_dir
+    for f in a_ck.iterdir():  # someone copies a's checkpoints over b's
+        shutil.copy(f, b_ck / f.name)
+    with ContextStore.open(b, storage_scope="agent") as sb:
+        assert sb.list() == []
+        assert sb.recall("only") == []
+        refused = sb.stats()["views"]["cache"]["fallback_reasons"]
+        assert any("another project" in r for r in refused)
