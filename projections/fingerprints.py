@@ -47,9 +47,9 @@ MAX_PUT_HASH_BYTES = 64 * 1024 * 1024
 
 @attrs.define
 class PutBudget:
-    """What one put call may still hash."""
+    """What one put call may still hash (the bound is read when it is made)."""
 
-    hash_bytes: int = MAX_PUT_HASH_BYTES
+    hash_bytes: int = attrs.field(factory=lambda: MAX_PUT_HASH_BYTES)
 
 
 def fingerprint(root: Path, paths: Iterable[Any], budget: PutBudget) -> dict[str, Any] | None:

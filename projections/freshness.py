@@ -57,10 +57,11 @@ UNKNOWN_FRESHNESS = Freshness(UNKNOWN)
 
 @attrs.define
 class CheckBudget:
-    """What one query may still spend on freshness checks (shared by all its hits)."""
+    """What one query may still spend on freshness checks (shared by all its hits);
+    the bounds are read when it is made."""
 
-    stats: int = MAX_QUERY_STATS
-    hash_bytes: int = MAX_QUERY_HASH_BYTES
+    stats: int = attrs.field(factory=lambda: MAX_QUERY_STATS)
+    hash_bytes: int = attrs.field(factory=lambda: MAX_QUERY_HASH_BYTES)
 
 
 def inside(root: Path, path: str) -> Path | None:
