@@ -34,7 +34,7 @@ import cbor2
 from eventstore import Event
 
 from .cache import EVICTED, FILES, PUT
-from .freshness import hash_file, inside, stat_file
+from .freshness import hash_file, stat_file
 
 NAME = "fingerprints"
 VERSION = 1
@@ -71,10 +71,10 @@ def fingerprint(root: Path, paths: Iterable[Any], budget: PutBudget) -> dict[str
             complete = False
             break
         seen.add(p)
-        full = inside(root, p)
-        if full is None:
+        found = stat_file(root, p)
+        if found is None:
             continue
-        st = stat_file(full)
+        full, st = found
         if st is None or not stat.S_ISREG(st.st_mode):
             continue
         if st.st_size > budget.hash_bytes:

@@ -73,19 +73,61 @@ def inside(root: Path, path: str) -> Path | None:
         full = os.path.realpath(os.path.join(root, path))  # an absolute path replaces root
     except (OSError, ValueError, RuntimeError):
         return None
-    base = str(root)
-    if full != base and not full.startswith(base.rstrip(os.sep) + os.sep):
+    return Path(full) if _under(root, full) else None
+
+
+_O_PATH = getattr(os, "O_PATH", 0)
+_PROC_FD = Path("/proc/self/fd")
+
+
+def stat_file(root: Path, path: str) -> tuple[Path, os.stat_result | None] | None:
+    """``(resolved path, its stat or None when it is gone)`` for ``path`` if it resolves
+    inside ``root``; None if it leads out of it. The one stat a freshness check
+    spends per file (tests count calls to it).
+
+    On Linux the kernel resolves it: an ``O_PATH`` descriptor (which reads
+    nothing, and with ``O_NOFOLLOW`` never follows a final symlink), its real
+    path from ``/proc/self/fd`` and an ``fstat`` -- about a third of
+    ``os.path.realpath``'s Python walk. A final symlink, or a system without
+    ``O_PATH``, takes :func:`inside` and ``lstat``.
+    """
+    if not path or "\x00" in path:
         return None
-    return Path(full)
-
-
-def stat_file(path: Path) -> os.stat_result | None:
-    """``lstat`` of a resolved path: the one stat a freshness check spends per file
-    (tests count calls to it). None when it is gone."""
+    joined = os.path.normpath(os.path.join(root, path))
+    if not _under(root, joined):  # out of the root as written: not even looked at
+        return None
+    if _O_PATH:
+        try:
+            fd = os.open(joined, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            fd = -1
+        except OSError:
+            fd = -2
+        if fd >= 0:
+            try:
+                st = os.fstat(fd)
+                real = os.readlink(_PROC_FD / str(fd)) if not stat.S_ISLNK(st.st_mode) else None
+            except OSError:
+                real = None
+            finally:
+                os.close(fd)
+            if real is not None:
+                return (Path(real), st) if _under(root, real) else None
+        elif fd == -1:  # gone; say so only if where it would be is inside the root
+            full = inside(root, path)
+            return None if full is None else (full, None)
+    full = inside(root, path)
+    if full is None:
+        return None
     try:
-        return os.lstat(path)
+        return full, os.lstat(full)
     except (FileNotFoundError, NotADirectoryError):
-        return None
+        return full, None
+
+
+def _under(root: Path, real: str) -> bool:
+    base = str(root)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
 def hash_file(path: Path, limit: int) -> tuple[bytes, int, int] | None:
@@ -138,11 +180,11 @@ def check(root: Path, files: Sequence[Any] | None, complete: bool,
             complete = False
             break
         budget.stats -= 1
-        full = inside(root, path)
-        if full is None:  # now a symlink out of the root (or unresolvable): never read
+        found = stat_file(root, path)
+        if found is None:  # now a symlink out of the root (or unresolvable): never read
             changed.append(path)
             continue
-        st = stat_file(full)
+        full, st = found
         if st is None:
             missing.append(path)
             continue
