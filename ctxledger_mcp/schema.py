@@ -150,6 +150,7 @@ class Stats(TypedDict):
     checkpoint_fallbacks: int
     checkpoint_error: str | None
     views: Annotated[dict[str, ViewStats], Field(description="Per view: cache, recall, tasks, "
+                                                             "fingerprints, "
                                                              "handoffs.")]
     warnings: Annotated[list[str], Field(description="Store paths other users can read.")]
 
