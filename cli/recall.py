@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .inputs import COUNT, SEQ_OR_TIME, TIME
+from .inputs import COUNT, MAX_INT, SEQ_OR_TIME, TIME
 from .options import Ctx, examples, store_options
 from .output import safe
 from .views import naming, open_store, usage_errors
@@ -20,7 +20,7 @@ them while the checkpoints are verified on another core."""
 @examples(
     'ctxledger recall -q "parse http header" --limit 3',
     "ctxledger recall --task task-123 --scope task-first -q login --since 7d",
-    "ctxledger recall -q login --provider anthropic --model claude-sonnet-4 --json",
+    "ctxledger recall -q login --budget-tokens 4000 --fresh-only --json",
 )
 @click.command("recall")
 @store_options
@@ -55,6 +55,11 @@ them while the checkpoints are verified on another core."""
 @click.option("--provider", help="With --model: scale budget estimates by this calibration "
                                  "profile (default: [recall] provider).")
 @click.option("--model", help="With --provider: the model billed (default: [recall] model).")
+@click.option("--budget-tokens", type=click.IntRange(min=1, max=MAX_INT),
+              help="Only the ranked hits whose est_tokens fit in N, greedy in rank order; "
+                   "the rest are listed under budget.omitted.")
+@click.option("--fresh-only", is_flag=True,
+              help="Drop stale hits (a file changed or is gone); fresh and unknown stay.")
 def recall(
     ctx: Ctx,
     query: str,
@@ -70,12 +75,16 @@ def recall(
     as_of: int | float | None,
     provider: str | None,
     model: str | None,
+    budget_tokens: int | None,
+    fresh_only: bool,
 ) -> None:
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
     with usage_errors(), naming("--as-of"):  # (the engine's rules: a scope without --task...)
-        hits = store.recall(
+        answer = store.recall_answer(
             query,
+            budget_tokens=budget_tokens,
+            fresh_only=fresh_only,
             limit=limit,
             since=since,
             until=until,
@@ -89,7 +98,18 @@ def recall(
             provider=provider,
             model=model,
         )
-    ctx.emit({"hits": [h.to_json() for h in hits]}, human=lambda d: _table(d["hits"]))
+    ctx.emit(answer.to_json(), human=_text)
+
+
+def _text(doc: dict[str, Any]) -> str:
+    text = _table(doc["hits"])
+    b = doc.get("budget")
+    if b is not None:
+        text += f"\nbudget: {b['used']} of {b['limit']} tokens used"
+        if b["omitted"]:
+            keys = ", ".join(safe(o["cache_key"][:12]) for o in b["omitted"])
+            text += f"; {len(b['omitted'])} omitted (did not fit): {keys}"
+    return text
 
 
 def _table(hits: list[dict[str, Any]]) -> str:
@@ -101,6 +121,9 @@ def _table(hits: list[dict[str, Any]]) -> str:
             r.replace("_match", "").replace("bm25_text", "text") for r in h["match_reasons"]
         )
         snippet = safe(" ".join(h["snippet"].split())[:70])
+        fresh = h.get("freshness")
+        if fresh is not None and fresh["state"] == "stale":
+            snippet = "[stale] " + snippet
         lines.append(
             f"{h['score']:8.3f}  {safe(h['cache_key'][:12])}  {safe(h['target'][:28]):28}  "
             f"{why[:28]:28}  {snippet}"

@@ -35,6 +35,18 @@ class Budget(TypedDict):
                                                   "profile scaled est_tokens.")]
 
 
+class Freshness(TypedDict):
+    """Whether the packet's files are still as they were when it was put."""
+
+    state: Annotated[str, Field(description="fresh (every fingerprinted file unchanged), stale "
+                                            "(one changed or is gone: re-check before relying "
+                                            "on it) or unknown (nothing to check, or a bound "
+                                            "was hit).")]
+    changed_paths: Annotated[list[str], Field(description="Paths whose content changed (or "
+                                                          "that now lead out of the project).")]
+    missing_paths: Annotated[list[str], Field(description="Paths that no longer exist.")]
+
+
 class Hit(TypedDict):
     """One ranked recall answer: enough to decide whether to `get` the whole packet."""
 
@@ -56,10 +68,29 @@ class Hit(TypedDict):
     budget_estimate: Budget
     created_at_unix: UnixTime
     age_secs: Annotated[float, Field(description="Seconds since it was cached.")]
+    freshness: NotRequired[Annotated[Freshness, Field(description="Absent when the store has "
+                                                                  "no project root on disk.")]]
+
+
+class Omitted(TypedDict):
+    cache_key: str
+    est_tokens: int
+    score: float
+
+
+class BudgetReport(TypedDict):
+    """How budget_tokens was spent."""
+
+    limit: Annotated[int, Field(description="The budget_tokens asked for.")]
+    used: Annotated[int, Field(description="Sum of the returned hits' est_tokens (<= limit).")]
+    omitted: Annotated[list[Omitted], Field(description="Ranked hits that did not fit, in rank "
+                                                        "order: `get` one if you need it.")]
+    overflow: Annotated[bool, Field(description="True when any hit was omitted.")]
 
 
 class RecallResult(TypedDict):
     hits: Annotated[list[Hit], Field(description="Best first; empty when nothing matched.")]
+    budget: NotRequired[Annotated[BudgetReport, Field(description="Only with budget_tokens.")]]
 
 
 class PutResult(TypedDict):
@@ -78,6 +109,7 @@ class Entry(TypedDict):
     body: Annotated[dict[str, Any], Field(description="The packet as it was put.")]
     metadata: Annotated[dict[str, Any], Field(description="seq and bytes of its write, and "
                                                           "any metadata put with it.")]
+    freshness: NotRequired[Freshness]
 
 
 class EntrySummary(TypedDict):
@@ -118,6 +150,7 @@ class Stats(TypedDict):
     checkpoint_fallbacks: int
     checkpoint_error: str | None
     views: Annotated[dict[str, ViewStats], Field(description="Per view: cache, recall, tasks, "
+                                                             "fingerprints, "
                                                              "handoffs.")]
     warnings: Annotated[list[str], Field(description="Store paths other users can read.")]
 

@@ -253,18 +253,25 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
             "budget_estimate is then scaled by the calibration learned for it."))] = None,
         model: Annotated[str | None, Field(description=(
             "With provider: the model you are billed for."))] = None,
+        budget_tokens: Annotated[int | None, Field(ge=1, le=MAX_INT, description=(
+            "Only the ranked hits whose budget_estimate.est_tokens fit in this many tokens, "
+            "taken greedily in rank order; the answer's budget lists the ones left out."
+        ))] = None,
+        fresh_only: Annotated[bool, Field(description=(
+            "Drop stale hits (a file the packet names changed or is gone since it was put); "
+            "fresh and unknown hits stay."))] = False,
     ) -> S.RecallResult:
         """Find what earlier runs cached about something: call this before re-deriving
         a fact, re-reading a file's history or re-running an analysis. Ranks live packets
         by BM25 over their text plus path, symbol, test and task matches; returns the best
         hits with a snippet each. Query at most 4096 characters and 64 distinct terms."""
-        hits = store.recall(
+        answer = store.recall_answer(
             query, limit=limit, since=time_arg("since", since), until=time_arg("until", until),
             target=target, task_id=task_id, scope=scope, packet_types=packet_types,
             path_filters=path_filters, symbol_filters=symbol_filters, as_of=as_of_arg(as_of),
-            provider=provider, model=model,
+            provider=provider, model=model, budget_tokens=budget_tokens, fresh_only=fresh_only,
         )
-        return cast(S.RecallResult, {"hits": [h.to_json() for h in hits]})
+        return cast(S.RecallResult, answer.to_json())
 
     @tool("put")  # (not idempotent: a re-put restarts the packet's TTL)
     def put(

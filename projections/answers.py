@@ -13,6 +13,8 @@ import attrs
 
 from eventstore import LedgerError, LogBackend
 
+from .freshness import Freshness
+
 
 class AsOfError(ValueError):
     """An ``as_of``/``until`` that names no state of this log (negative, NaN, past the head)."""
@@ -88,9 +90,15 @@ class CacheEntry:
     created_at_unix: int
     body: dict[str, Any]
     metadata: dict[str, Any]
+    freshness: Freshness | None = attrs.field(default=None, eq=False)
+    """Whether its files are as they were at put time: an observation of the disk
+    now, not part of the entry (so not compared); None without a project root."""
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        doc = attrs.asdict(self, filter=lambda a, _v: a.name != "freshness")
+        if self.freshness is not None:
+            doc["freshness"] = self.freshness.to_json()
+        return doc
 
 
 @attrs.frozen

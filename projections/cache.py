@@ -40,6 +40,8 @@ _COLUMNS = (
 )
 PUT = "cache.put"
 EVICTED = "cache.evicted"
+FILES = "cache.files"
+"""A put's file fingerprints (projections/fingerprints.py): known here, folded there."""
 EVICTION_REASONS = ("expired_ttl", "manual_prune", "corrupt_load_recovery")
 MIN_KEY_PREFIX = 8
 """Fewest hex digits a cache_key prefix may have: 8 (32 bits) keep a prefix of a
@@ -85,7 +87,7 @@ class CacheState:
             self._put(event)
         elif kind == EVICTED:
             self._evict(event)
-        else:
+        elif kind != FILES:
             self.skipped_unknown += 1
 
     def _bad(self) -> None:

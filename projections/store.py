@@ -27,6 +27,7 @@ from eventstore import (
 )
 
 from . import cache, scope
+from . import fingerprints as fingerprints_view
 from . import handoffs as handoffs_view
 from . import tasks as tasks_view
 from .answers import (
@@ -55,6 +56,7 @@ from .task_api import Agent, Tasks
 
 if TYPE_CHECKING:
     from .artifacts import ArtifactDir, ArtifactRef, GcResult
+    from .budget import RecallAnswer
     from .calibration import Calibration, Profile
     from .recall import RecallHit
     from .recall_view import RecallState
@@ -81,11 +83,14 @@ TASKS = Projection(tasks_view.NAME, tasks_view.VERSION, tasks_view.TaskState,
                    tasks_view.TaskState.from_bytes)
 HANDOFFS = Projection(handoffs_view.NAME, handoffs_view.VERSION, handoffs_view.HandoffState,
                       handoffs_view.HandoffState.from_bytes)
+FINGERPRINTS = Projection(fingerprints_view.NAME, fingerprints_view.VERSION,
+                          fingerprints_view.FingerprintState,
+                          fingerprints_view.FingerprintState.from_bytes)
 
 
 def projections() -> list[Projection]:
     """Every view the store keeps, in fold order."""
-    return [CACHE, RECALL, TASKS, HANDOFFS]
+    return [CACHE, RECALL, TASKS, HANDOFFS, FINGERPRINTS]
 
 
 def _packet_matches(ev: Event, key: bytes) -> bool:
@@ -240,6 +245,9 @@ class ContextStore:
         self.home = agent_home() if home is None else Path(home)
         """The agent home: its log holds the token calibration every project shares."""
         self._calibration: Calibration | None = None
+        self.files_root = fingerprints_view.project_root(layout.canonical, layout.fallback)
+        """The project root packets' paths are fingerprinted under and checked against
+        (docs/recall.md, "Freshness"); None: no fingerprints, no freshness."""
 
     @property
     def calibration(self) -> Calibration:
@@ -355,10 +363,32 @@ class ContextStore:
                     fdata["metadata"] = data["metadata"]
                 folded.append((cache.PUT, key, fdata))
                 nbytes += len(canon)
-            receipt = self._append(events, folded, nbytes=nbytes)
+            # after the puts, in the same batch: each cache.put row stays verbatim
+            files = self._fingerprint_events(events, folded)
+            receipt = self._append(events + files, folded + [
+                (e.kind, e.key, e.data) for e in files], nbytes=nbytes)
             created = int(receipt.at)
             first = receipt.first_seq
             return [PutResult(e.key, first + i, created) for i, e in enumerate(events)]  # type: ignore[arg-type]
+
+    def _fingerprint_events(
+        self, events: builtins.list[Event], folded: builtins.list[tuple[str, str | None, Any]]
+    ) -> builtins.list[Event]:
+        """One ``cache.files`` event per packet naming a file under the project root
+        (:mod:`projections.fingerprints`), the put's hash budget shared by all."""
+        root = self.files_root
+        if root is None:
+            return []
+        budget = fingerprints_view.PutBudget()
+        out = []
+        for ev, (_k, _key, fdata) in zip(events, folded, strict=True):
+            paths = fdata["packet"].get("paths")
+            if not isinstance(paths, list) or not paths:
+                continue
+            data = fingerprints_view.fingerprint(root, paths, budget)
+            if data is not None:
+                out.append(Event(fingerprints_view.FILES, ev.key, data))
+        return out
 
     def prune(self, all: bool = False, ttl: float | None = None) -> PruneResult:
         """Tombstone expired entries (or every entry with ``all``), one event each."""
@@ -483,6 +513,10 @@ class ContextStore:
             entry = None
         else:
             entry = self._entry(ref)
+            if self.files_root is not None:
+                fstate = self.runner.state(fingerprints_view.NAME)
+                entry = attrs.evolve(entry, freshness=self._freshness(
+                    fstate, [ref.cache_key])[ref.cache_key])
         self._check_mapped()
         return entry
 
@@ -586,13 +620,16 @@ class ContextStore:
         as_of: int | float | None = None,
         provider: str | None = None,
         model: str | None = None,
+        fresh_only: bool = False,
     ) -> builtins.list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md).
 
         ``provider`` and ``model`` (default: ``[recall]`` in config.toml) name the
         calibration profile whose capacity multiplier scales each hit's
         ``budget_estimate`` (docs/calibration.md); without them the agent log is
-        never opened.
+        never opened. Each hit carries its ``freshness`` when the store has a
+        project root on disk; ``fresh_only`` drops ``stale`` hits (docs/recall.md,
+        "Freshness"). :meth:`recall_answer` adds a token budget.
         """
         capacity = self._recall_capacity(provider, model)
         if as_of is None:
@@ -600,7 +637,9 @@ class ContextStore:
             # while this thread imports numpy and the recall index
             self.runner.prefetch([cache.NAME, RECALL_NAME])
         from . import recall_view  # noqa: F401
-        states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME])
+        fresh = self.files_root is not None
+        states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME] + (
+            [fingerprints_view.NAME] if fresh else []))
         rstate = cast("RecallState", states[1])
         now = self.clock()
         hits = rstate.index.search(
@@ -620,7 +659,47 @@ class ContextStore:
         cstate = states[0]
         assert isinstance(cstate, CacheState)
         out = [self._with_snippet(h, cstate, capacity) for h in hits]
+        if fresh:
+            out = self._with_freshness(out, states[2], fresh_only)
         self._check_mapped()
+        return out
+
+    def recall_answer(
+        self, query: str, *, budget_tokens: int | None = None, **kw: Any
+    ) -> RecallAnswer:
+        """:meth:`recall` (``kw`` as there), then, with ``budget_tokens``, the ranked hits
+        that fit in that many tokens and a report of the ones that did not
+        (:mod:`projections.budget`, docs/recall.md "Budgets")."""
+        from .budget import RecallAnswer, check_budget, fit
+
+        if budget_tokens is not None:
+            check_budget(budget_tokens)
+        hits = self.recall(query, **kw)
+        if budget_tokens is None:
+            return RecallAnswer(tuple(hits))
+        kept, report = fit(hits, budget_tokens)
+        return RecallAnswer(tuple(kept), report)
+
+    def _freshness(self, fstate: Any, keys: Iterable[str]) -> dict[str, Any]:
+        """cache_key -> :class:`Freshness` for ``keys`` in order, on one query's budget."""
+        from .freshness import CheckBudget, check
+
+        assert self.files_root is not None
+        budget = CheckBudget()
+        out = {}
+        for key in keys:
+            rec = fstate.get(key)
+            files, complete = rec if rec is not None else (None, True)
+            out[key] = check(self.files_root, files, complete, budget)
+        return out
+
+    def _with_freshness(self, hits: builtins.list[RecallHit], fstate: Any,
+                        fresh_only: bool) -> builtins.list[RecallHit]:
+        """Each hit with its freshness, checked in rank order; ``fresh_only`` drops stale ones."""
+        fresh = self._freshness(fstate, [h.cache_key for h in hits])
+        out = [attrs.evolve(h, freshness=fresh[h.cache_key]) for h in hits]
+        if fresh_only:
+            out = [h for h in out if h.freshness is None or h.freshness.state != "stale"]
         return out
 
     def _recall_capacity(self, provider: str | None, model: str | None) -> Profile | None:

@@ -94,6 +94,7 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("storage",), ["storage", *R, "--storage-scope", "agent"], None),
         (("recall",), ["recall", *R, "-q", f"auth {HOSTILE}"], None),
         (("recall",), ["recall", *R, "-q", "auth", "--scope", HOSTILE], None),
+        (("recall",), ["recall", *R, "-q", "auth", "--budget-tokens", "3", "--fresh-only"], None),
         (("replay",), ["replay", *R], None),
         (("rebuild",), ["rebuild", *R], None),
         (("rebuild",), ["rebuild", *R, "--projection", HOSTILE], None),

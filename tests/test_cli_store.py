@@ -69,7 +69,7 @@ def test_put_get_list_stats_round_trip(root: Path, tmp_path: Path) -> None:
     assert again["cache_key"] == put["cache_key"] and again["seq"] == 2  # key order does not matter
     got = ok_json("store", "get", "--key", put["cache_key"], "--root", str(root))
     assert got["body"] == PACKET and got["target"] == "diffy.analyze"
-    assert set(got) == {"cache_key", "target", "created_at_unix", "body", "metadata"}
+    assert set(got) == {"cache_key", "target", "created_at_unix", "body", "metadata", "freshness"}
     listed = ok_json("store", "list", "--root", str(root))["entries"]
     assert [e["cache_key"] for e in listed] == [put["cache_key"]]
     assert ok_json("store", "list", "--target", "nope", "--root", str(root))["entries"] == []
@@ -268,7 +268,7 @@ def test_replay_rebuild_checkpoint(root: Path) -> None:
     assert r.exit_code == 2
     reb = ok_json("rebuild", "--root", str(root))
     assert reb["events"] == 5
-    assert set(reb["projections"]) == {"cache", "recall", "tasks", "handoffs"}
+    assert set(reb["projections"]) == {"cache", "recall", "tasks", "handoffs", "fingerprints"}
     assert cli("rebuild", "--projection", "nope", "--root", str(root)).exit_code == 2
     ck = ok_json("checkpoint", "--root", str(root))
     assert ck["head_seq"] == 5

@@ -319,6 +319,10 @@ BAD: list[tuple[str, dict[str, Any], str]] = [  # tool, arguments, what the erro
     ("recall", {"query": "x", "until": 1e300}, "until:"),
     ("recall", {"query": "x", "as_of": 10**9}, "past the head"),
     ("recall", {"query": "x", "as_of": "2999-01-01"}, "in the future"),
+    ("recall", {"query": "x", "budget_tokens": 0}, "greater than or equal to 1"),
+    ("recall", {"query": "x", "budget_tokens": True}, "valid integer"),
+    ("recall", {"query": "x", "budget_tokens": 2**63}, "less than or equal to"),
+    ("recall", {"query": "x", "fresh_only": 1}, "valid boolean"),
     ("put", {"packet": {"summary": "no target"}}, "target"),
     ("put", {"packet": {"target": "t", "paths": "not a list"}}, "paths"),
     ("put", {"packet": [1, 2]}, "valid dictionary"),
@@ -410,6 +414,38 @@ def test_writes_by_another_process_show_in_the_next_answer(root: Path) -> None:
         cli(root, "task", "complete", "cli-1")
         refused = await c.call_tool("task_complete", {"id": "cli-1"})
         assert refused.is_error and "already completed" in refused.content[0].text
+
+    session(root, body)
+
+
+@needs_mcp
+def test_recall_budget_and_fresh_only_answer_as_the_library_does(root: Path) -> None:
+    (root / "src").mkdir(exist_ok=True)
+    (root / "src" / "fresh.py").write_text("x = 1\n")
+    (root / "src" / "stale.py").write_text("y = 1\n")
+    with ContextStore.open(root) as st:
+        st.put_many([{"target": "fr.test", "summary": f"budgetword {name}",
+                      "paths": [f"src/{name}.py"]} for name in ("fresh", "stale")])
+    (root / "src" / "stale.py").write_text("y = 2, changed\n")
+    q: dict[str, Any] = {"query": "budgetword decimal", "limit": 6}
+
+    async def body(c: Any) -> None:
+        with lib(root) as st:
+            for extra in ({}, {"budget_tokens": 40}, {"budget_tokens": 1}, {"fresh_only": True},
+                          {"fresh_only": True, "budget_tokens": 10**6}):
+                got = await call(c, "recall", **q, **extra)
+                want = st.recall_answer(q["query"], limit=6, **extra)
+                assert_same_hits(got, list(want.hits))
+                assert got.get("budget") == (None if want.budget is None
+                                             else plain(want.budget))
+                states = {h["freshness"]["state"] for h in got["hits"]}
+                if not extra:
+                    assert states == {"fresh", "stale", "unknown"}
+                if extra.get("fresh_only"):
+                    assert states == {"fresh", "unknown"}
+            got = await call(c, "recall", **q, budget_tokens=1)
+            assert got["hits"] == [] and got["budget"]["overflow"]
+            assert len(got["budget"]["omitted"]) == 6
 
     session(root, body)
 

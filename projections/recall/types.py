@@ -9,6 +9,7 @@ import attrs
 
 if TYPE_CHECKING:
     from ..calibration import Profile
+    from ..freshness import Freshness
 
 _join = "".join
 
@@ -230,10 +231,13 @@ class RecallHit:
     budget_estimate: dict[str, Any]
     created_at_unix: float
     age_secs: float
+    freshness: Freshness | None = None
+    """Whether the packet's files are as they were when it was put (None: the store
+    has no project root on disk to check them against)."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready mapping (lists, not tuples)."""
-        return {
+        doc = {
             "cache_key": self.cache_key,
             "target": self.target,
             "score": self.score,
@@ -249,6 +253,9 @@ class RecallHit:
             "created_at_unix": self.created_at_unix,
             "age_secs": self.age_secs,
         }
+        if self.freshness is not None:
+            doc["freshness"] = self.freshness.to_json()
+        return doc
 
 
 def dedupe(items: Iterable[str]) -> list[str]:
