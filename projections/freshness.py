@@ -62,6 +62,8 @@ class CheckBudget:
 
     stats: int = attrs.field(factory=lambda: MAX_QUERY_STATS)
     hash_bytes: int = attrs.field(factory=lambda: MAX_QUERY_HASH_BYTES)
+    dirs: dict[str, str | None] = attrs.field(factory=dict)
+    """Directories resolved so far in this query (see :func:`stat_file`)."""
 
 
 def inside(root: Path, path: str) -> Path | None:
@@ -80,10 +82,20 @@ _O_PATH = getattr(os, "O_PATH", 0)
 _PROC_FD = Path("/proc/self/fd")
 
 
-def stat_file(root: Path, path: str) -> tuple[Path, os.stat_result | None] | None:
+def stat_file(
+    root: Path, path: str, dirs: dict[str, str | None] | None = None
+) -> tuple[Path, os.stat_result | None] | None:
     """``(resolved path, its stat or None when it is gone)`` for ``path`` if it resolves
     inside ``root``; None if it leads out of it. The one stat a freshness check
     spends per file (tests count calls to it).
+
+    ``dirs``: directories already resolved in this query (one query's hits
+    name files in a few directories): the file's directory is resolved once
+    per query, then the file itself costs one ``lstat`` (a final symlink takes
+    the full resolution below). A directory swapped for a symlink during the
+    query is seen by the next query; nothing is read through it before
+    :func:`hash_file`, which opens the resolved path without following a final
+    symlink.
 
     On Linux the kernel resolves it: an ``O_PATH`` descriptor (which reads
     nothing, and with ``O_NOFOLLOW`` never follows a final symlink), its real
@@ -96,6 +108,10 @@ def stat_file(root: Path, path: str) -> tuple[Path, os.stat_result | None] | Non
     joined = os.path.normpath(os.path.join(root, path))
     if not _under(root, joined):  # out of the root as written: not even looked at
         return None
+    if dirs is not None:
+        found = _stat_in_dir(root, joined, dirs)
+        if found is not _FULL_WAY:
+            return found  # type: ignore[return-value]
     if _O_PATH:
         try:
             fd = os.open(joined, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -123,6 +139,52 @@ def stat_file(root: Path, path: str) -> tuple[Path, os.stat_result | None] | Non
         return full, os.lstat(full)
     except (FileNotFoundError, NotADirectoryError):
         return full, None
+
+
+_FULL_WAY = object()
+
+
+def _stat_in_dir(
+    root: Path, joined: str, dirs: dict[str, str | None]
+) -> tuple[Path, os.stat_result | None] | None | object:
+    """:func:`stat_file` through the query's directory cache; ``_FULL_WAY``: take the
+    full way (the file is a symlink, or its directory cannot be resolved here)."""
+    parent, name = os.path.split(joined)
+    real = dirs.get(parent, "")
+    if real == "":
+        real = _real_dir(parent)
+        dirs[parent] = real
+    if real is None:
+        return _FULL_WAY
+    if not _under(root, real):
+        return None
+    full = os.path.join(real, name)
+    try:
+        st = os.lstat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return Path(full), None
+    except OSError:
+        return _FULL_WAY
+    if stat.S_ISLNK(st.st_mode):
+        return _FULL_WAY
+    return Path(full), st
+
+
+def _real_dir(path: str) -> str | None:
+    """``path`` (a directory) with symlinks resolved by the kernel; None if it is not
+    an existing directory or the kernel cannot say (no ``O_PATH``)."""
+    if not _O_PATH:
+        return None
+    try:
+        fd = os.open(path, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.readlink(_PROC_FD / str(fd))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _under(root: Path, real: str) -> bool:
@@ -180,7 +242,7 @@ def check(root: Path, files: Sequence[Any] | None, complete: bool,
             complete = False
             break
         budget.stats -= 1
-        found = stat_file(root, path)
+        found = stat_file(root, path, budget.dirs)
         if found is None:  # now a symlink out of the root (or unresolvable): never read
             changed.append(path)
             continue

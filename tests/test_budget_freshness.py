@@ -191,6 +191,29 @@ def test_a_path_replaced_by_a_symlink_out_of_the_root_is_changed_and_never_read(
         assert not any(str(outside) in str(t) for t in touched)
 
 
+def test_a_directory_replaced_by_a_symlink_out_of_the_root_is_changed_and_never_read(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "outside-src"
+    outside.mkdir()
+    for name in ("a.py", "b.py"):  # same names, same sizes: only where they are differs
+        (outside / name).write_bytes((project / "src" / name).read_bytes())
+    with ContextStore.open(project) as store:
+        store.put(PACKET)
+        assert freshness_of(store)["state"] == "fresh"
+        (project / "src").rename(project / "src-old")
+        (project / "src").symlink_to(outside, target_is_directory=True)
+        opened: list[Any] = []
+        monkeypatch.setattr(fr, "hash_file", recording(fr.hash_file, opened))
+        assert freshness_of(store) == {"state": "stale",
+                                       "changed_paths": ["src/a.py", "src/b.py"],
+                                       "missing_paths": []}
+        assert opened == []  # nothing outside the root is read
+        (project / "src").unlink()
+        (project / "src-old").rename(project / "src")
+        assert freshness_of(store)["state"] == "fresh"  # each query resolves afresh
+
+
 def test_paths_outside_the_root_are_never_fingerprinted(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
