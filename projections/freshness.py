@@ -66,7 +66,7 @@ class CheckBudget:
     """Directories resolved so far in this query (see :func:`stat_file`)."""
 
 
-def inside(root: Path, path: str) -> Path | None:
+def inside(root: str | Path, path: str) -> str | None:
     """``path`` (relative to ``root``, or absolute) with symlinks resolved, if it stays
     inside ``root``; None otherwise (or when it cannot be resolved)."""
     if not path or "\x00" in path:
@@ -75,16 +75,16 @@ def inside(root: Path, path: str) -> Path | None:
         full = os.path.realpath(os.path.join(root, path))  # an absolute path replaces root
     except (OSError, ValueError, RuntimeError):
         return None
-    return Path(full) if _under(root, full) else None
+    return full if _under(root, full) else None
 
 
 _O_PATH = getattr(os, "O_PATH", 0)
-_PROC_FD = Path("/proc/self/fd")
+_PROC_FD = "/proc/self/fd/"
 
 
 def stat_file(
-    root: Path, path: str, dirs: dict[str, str | None] | None = None
-) -> tuple[Path, os.stat_result | None] | None:
+    root: str | Path, path: str, dirs: dict[str, str | None] | None = None
+) -> tuple[str, os.stat_result | None] | None:
     """``(resolved path, its stat or None when it is gone)`` for ``path`` if it resolves
     inside ``root``; None if it leads out of it. The one stat a freshness check
     spends per file (tests count calls to it).
@@ -122,13 +122,13 @@ def stat_file(
         if fd >= 0:
             try:
                 st = os.fstat(fd)
-                real = os.readlink(_PROC_FD / str(fd)) if not stat.S_ISLNK(st.st_mode) else None
+                real = os.readlink(f"{_PROC_FD}{fd}") if not stat.S_ISLNK(st.st_mode) else None
             except OSError:
                 real = None
             finally:
                 os.close(fd)
             if real is not None:
-                return (Path(real), st) if _under(root, real) else None
+                return (real, st) if _under(root, real) else None
         elif fd == -1:  # gone; say so only if where it would be is inside the root
             full = inside(root, path)
             return None if full is None else (full, None)
@@ -145,8 +145,8 @@ _FULL_WAY = object()
 
 
 def _stat_in_dir(
-    root: Path, joined: str, dirs: dict[str, str | None]
-) -> tuple[Path, os.stat_result | None] | None | object:
+    root: str | Path, joined: str, dirs: dict[str, str | None]
+) -> tuple[str, os.stat_result | None] | None | object:
     """:func:`stat_file` through the query's directory cache; ``_FULL_WAY``: take the
     full way (the file is a symlink, or its directory cannot be resolved here)."""
     parent, name = os.path.split(joined)
@@ -162,12 +162,12 @@ def _stat_in_dir(
     try:
         st = os.lstat(full)
     except (FileNotFoundError, NotADirectoryError):
-        return Path(full), None
+        return full, None
     except OSError:
         return _FULL_WAY
     if stat.S_ISLNK(st.st_mode):
         return _FULL_WAY
-    return Path(full), st
+    return full, st
 
 
 def _real_dir(path: str) -> str | None:
@@ -180,19 +180,19 @@ def _real_dir(path: str) -> str | None:
     except OSError:
         return None
     try:
-        return os.readlink(_PROC_FD / str(fd))
+        return os.readlink(f"{_PROC_FD}{fd}")
     except OSError:
         return None
     finally:
         os.close(fd)
 
 
-def _under(root: Path, real: str) -> bool:
+def _under(root: str | Path, real: str) -> bool:
     base = str(root)
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
-def hash_file(path: Path, limit: int) -> tuple[bytes, int, int] | None:
+def hash_file(path: str | Path, limit: int) -> tuple[bytes, int, int] | None:
     """``(blake3 digest, size, mtime_ns)`` of the regular file at ``path`` (resolved,
     inside the root), or None when it is not a regular file, is bigger than
     ``limit`` bytes, or cannot be read.
@@ -224,7 +224,7 @@ def hash_file(path: Path, limit: int) -> tuple[bytes, int, int] | None:
         os.close(fd)
 
 
-def check(root: Path, files: Sequence[Any] | None, complete: bool,
+def check(root: str | Path, files: Sequence[Any] | None, complete: bool,
           budget: CheckBudget) -> Freshness:
     """The freshness of one packet whose fingerprints are ``files``
     (``[path, digest, size, mtime_ns]`` rows; None: none recorded).

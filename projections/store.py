@@ -658,9 +658,12 @@ class ContextStore:
         )
         cstate = states[0]
         assert isinstance(cstate, CacheState)
-        out = [self._with_snippet(h, cstate, capacity) for h in hits]
-        if fresh:
-            out = self._with_freshness(out, states[2], fresh_only)
+        found: dict[str, Any] = {}
+        if fresh:  # checked in rank order (one budget per query), before any snippet
+            found = self._freshness(states[2], [h.cache_key for h in hits])
+            if fresh_only:
+                hits = [h for h in hits if found[h.cache_key].state != "stale"]
+        out = [self._with_snippet(h, cstate, capacity, found.get(h.cache_key)) for h in hits]
         self._check_mapped()
         return out
 
@@ -685,21 +688,13 @@ class ContextStore:
         from .freshness import CheckBudget, check
 
         assert self.files_root is not None
+        root = os.fspath(self.files_root)
         budget = CheckBudget()
         out = {}
         for key in keys:
             rec = fstate.get(key)
             files, complete = rec if rec is not None else (None, True)
-            out[key] = check(self.files_root, files, complete, budget)
-        return out
-
-    def _with_freshness(self, hits: builtins.list[RecallHit], fstate: Any,
-                        fresh_only: bool) -> builtins.list[RecallHit]:
-        """Each hit with its freshness, checked in rank order; ``fresh_only`` drops stale ones."""
-        fresh = self._freshness(fstate, [h.cache_key for h in hits])
-        out = [attrs.evolve(h, freshness=fresh[h.cache_key]) for h in hits]
-        if fresh_only:
-            out = [h for h in out if h.freshness is None or h.freshness.state != "stale"]
+            out[key] = check(root, files, complete, budget)
         return out
 
     def _recall_capacity(self, provider: str | None, model: str | None) -> Profile | None:
@@ -714,8 +709,10 @@ class ContextStore:
         return profile if profile.exact is not None else None
 
     def _with_snippet(self, hit: RecallHit, cstate: CacheState,
-                      profile: Profile | None = None) -> RecallHit:
-        """The index keeps no payload text; the snippet window comes from the logged body.
+                      profile: Profile | None = None, freshness: Any = None) -> RecallHit:
+        """The hit with its snippet, calibrated budget estimate and ``freshness`` (one copy).
+
+        The index keeps no payload text; the snippet window comes from the logged body.
 
         The body is read and authenticated whole (its content address covers all
         of it); the snippet then reads its texts lazily and only up to its scan
@@ -726,11 +723,11 @@ class ContextStore:
         budget = budget_estimate(hit.budget_estimate["est_bytes"], profile)
         ref = cstate.get(hit.cache_key)
         if ref is None:
-            return attrs.evolve(hit, budget_estimate=budget)
+            return attrs.evolve(hit, budget_estimate=budget, freshness=freshness)
         packet, _meta = self._logged_packet(ref)
         return attrs.evolve(hit, snippet=make_snippet(packet_texts(packet),
                                                       list(hit.matched_tokens)),
-                            budget_estimate=budget)
+                            budget_estimate=budget, freshness=freshness)
 
     def stats(self) -> dict[str, Any]:
         self._sync()

@@ -163,11 +163,11 @@ def test_a_touch_without_change_stays_fresh_after_hashing_again(
         real = fr.hash_file
         monkeypatch.setattr(fr, "hash_file", recording(real, hashed))
         assert freshness_of(store)["state"] == "fresh"
-        assert hashed == [project / "src" / "a.py"]  # only the touched file was read
+        assert [Path(h) for h in hashed] == [project / "src" / "a.py"]  # only the touched one
         hashed.clear()
         (project / "src" / "b.py").write_text("longer than before\n")
         assert freshness_of(store)["changed_paths"] == ["src/b.py"]
-        assert project / "src" / "b.py" not in hashed  # a new size needs no hash
+        assert project / "src" / "b.py" not in map(Path, hashed)  # a new size needs no hash
 
 
 def test_a_path_replaced_by_a_symlink_out_of_the_root_is_changed_and_never_read(
@@ -231,7 +231,7 @@ def test_paths_outside_the_root_are_never_fingerprinted(
         assert rec is not None
         files, complete = rec
         assert [f[0] for f in files] == ["src/a.py"] and complete
-        assert opened == [project / "src" / "a.py"]
+        assert [Path(o) for o in opened] == [project / "src" / "a.py"]
         events = [e for e in store.ledger.read(1) if e.kind == fp.FILES]
         assert len(events) == 1 and events[0].key == key
         assert freshness_of(store)["state"] == "fresh"
