@@ -15,11 +15,16 @@ SCOPES = ("global", "task-first", "task-only")
 """``projections.recall.SCOPES`` (a test keeps them equal), spelled out so that loading
 this command does not import numpy and the recall index: ``store.recall`` imports
 them while the checkpoints are verified on another core."""
+MODES = ("auto", "conceptual", "telemetry")
+"""``projections.memory_rank.MODES`` (a test keeps them equal)."""
+MEMORY_KINDS = ("brief", "handoff", "recommended_action", "evidence", "tool_trace",
+                "focus_inference", "state_write", "other")
+"""``projections.memory.MEMORY_KINDS`` (a test keeps them equal)."""
 
 
 @examples(
-    'ctxledger recall -q "parse http header" --limit 3',
-    "ctxledger recall --task task-123 --scope task-first -q login --since 7d",
+    'ctxledger recall -q "parse http header" --limit 3 --kind brief --include-superseded',
+    "ctxledger recall --task task-123 --scope task-first -q login --since 7d --mode telemetry",
     "ctxledger recall -q login --provider anthropic --model claude-sonnet-4 --json",
 )
 @click.command("recall")
@@ -55,6 +60,14 @@ them while the checkpoints are verified on another core."""
 @click.option("--provider", help="With --model: scale budget estimates by this calibration "
                                  "profile (default: [recall] provider).")
 @click.option("--model", help="With --provider: the model billed (default: [recall] model).")
+@click.option("--include-superseded", is_flag=True,
+              help="Also entries a newer packet of their dedupe_key replaced, or that marked "
+                   "themselves superseded.")
+@click.option("--mode", type=click.Choice(MODES), default="auto", show_default=True,
+              help="Which source tier scores higher: conceptual curated, telemetry telemetry; "
+                   "auto telemetry only when every --kind is a telemetry kind.")
+@click.option("--kind", "kinds", type=click.Choice(MEMORY_KINDS), multiple=True,
+              help="Only entries of this memory_kind (repeatable).")
 def recall(
     ctx: Ctx,
     query: str,
@@ -70,6 +83,9 @@ def recall(
     as_of: int | float | None,
     provider: str | None,
     model: str | None,
+    include_superseded: bool,
+    mode: str,
+    kinds: tuple[str, ...],
 ) -> None:
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
@@ -88,6 +104,9 @@ def recall(
             as_of=as_of,
             provider=provider,
             model=model,
+            include_superseded=include_superseded,
+            mode=mode,
+            kinds=kinds,
         )
     ctx.emit({"hits": [h.to_json() for h in hits]}, human=lambda d: _table(d["hits"]))
 
