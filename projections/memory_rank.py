@@ -163,10 +163,13 @@ def search(
     kinds: Sequence[str] = (),
     include_superseded: bool = False,
     now: float,
+    first_n: int | None = None,
 ) -> list[RecallHit]:
     """Recall's ranking with the memory adjustments and filters (docs/recall.md).
 
     ``engine``: the engine's own arguments (filters, scope, ``live_after``).
+    ``first_n``: how many the engine is asked for first (default ``max(2k, k + 16)``;
+    tests ask for 1 to exercise the doubling).
     """
     if limit is None:
         limit = 8  # the engine's default
@@ -211,7 +214,7 @@ def search(
         kw = dict(engine, scope=scope)
         return lambda n: index.rank(query, n, **kw)
 
-    start = max(2 * limit, limit + 16)
+    start = max(2 * limit, limit + 16) if first_n is None else first_n
     if limit == 0:
         index.rank(query, 0, **engine)  # the engine's validation, as search does it
         return []
