@@ -426,7 +426,7 @@ def test_cli_options_and_json_fields(tmp_path: Path) -> None:
     def hits(*args: str) -> list[dict[str, Any]]:
         r = run(ctxledger, ["recall", "--root", str(root), "-q", "auth", "--json", *args])
         assert r.exit_code == 0, r.output
-        return json.loads(r.stdout)["hits"]  # type: ignore[no-any-return]
+        return json.loads(r.stdout)["hits"]
 
     assert [h["summary"] for h in hits()] == ["auth v2", "auth trace"]
     assert {"memory_kind", "source_tier", "superseded_by"} <= hits()[0].keys()
