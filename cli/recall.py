@@ -15,12 +15,18 @@ SCOPES = ("global", "task-first", "task-only")
 """``projections.recall.SCOPES`` (a test keeps them equal), spelled out so that loading
 this command does not import numpy and the recall index: ``store.recall`` imports
 them while the checkpoints are verified on another core."""
+MODES = ("auto", "conceptual", "telemetry")
+"""``projections.memory_rank.MODES`` (a test keeps them equal)."""
+MEMORY_KINDS = ("brief", "handoff", "recommended_action", "evidence", "tool_trace",
+                "focus_inference", "state_write", "other")
+"""``projections.memory.MEMORY_KINDS`` (a test keeps them equal)."""
 
 
 @examples(
-    'ctxledger recall -q "parse http header" --limit 3',
-    "ctxledger recall --task task-123 --scope task-first -q login --since 7d",
-    "ctxledger recall -q login --budget-tokens 4000 --fresh-only --json",
+    'ctxledger recall -q "parse http header" --limit 3 --kind brief --include-superseded',
+    "ctxledger recall --task task-123 --scope task-first -q login --since 7d --mode telemetry",
+    "ctxledger recall -q login --budget-tokens 4000 --fresh-only --provider anthropic "
+    "--model claude-sonnet-4 --json",
 )
 @click.command("recall")
 @store_options
@@ -60,6 +66,14 @@ them while the checkpoints are verified on another core."""
                    "the rest are listed under budget.omitted.")
 @click.option("--fresh-only", is_flag=True,
               help="Drop stale hits (a file changed or is gone); fresh and unknown stay.")
+@click.option("--include-superseded", is_flag=True,
+              help="Also entries a newer packet of their dedupe_key replaced, or that marked "
+                   "themselves superseded.")
+@click.option("--mode", type=click.Choice(MODES), default="auto", show_default=True,
+              help="Which source tier scores higher: conceptual curated, telemetry telemetry; "
+                   "auto telemetry only when every --kind is a telemetry kind.")
+@click.option("--kind", "kinds", type=click.Choice(MEMORY_KINDS), multiple=True,
+              help="Only entries of this memory_kind (repeatable).")
 def recall(
     ctx: Ctx,
     query: str,
@@ -77,6 +91,9 @@ def recall(
     model: str | None,
     budget_tokens: int | None,
     fresh_only: bool,
+    include_superseded: bool,
+    mode: str,
+    kinds: tuple[str, ...],
 ) -> None:
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
@@ -97,6 +114,9 @@ def recall(
             as_of=as_of,
             provider=provider,
             model=model,
+            include_superseded=include_superseded,
+            mode=mode,
+            kinds=kinds,
         )
     ctx.emit(answer.to_json(), human=_text)
 

@@ -67,7 +67,8 @@ def store_get(ctx: Ctx, key: str) -> None:
     ctx.emit(entry.to_json())
 
 
-@examples("ctxledger store list --since 24h --limit 20", "ctxledger store list --as-of 7d --json")
+@examples("ctxledger store list --since 24h --limit 20", "ctxledger store list --as-of 7d --json",
+          "ctxledger store list --include-superseded --json")
 @store.command("list")
 @store_options
 @click.option("--target", help="Only entries of this reducer target.")
@@ -81,6 +82,8 @@ def store_get(ctx: Ctx, key: str) -> None:
     type=SEQ_OR_TIME,
     help="The cache as it stood at SEQ (a bare integer) or TIME (@UNIX, ISO-8601, 7d).",
 )
+@click.option("--include-superseded", is_flag=True,
+              help="Also entries a newer packet of their dedupe_key replaced (counted too).")
 def store_list(
     ctx: Ctx,
     target: str | None,
@@ -89,11 +92,17 @@ def store_list(
     offset: int,
     limit: int,
     as_of: int | float | None,
+    include_superseded: bool,
 ) -> None:
-    """List live entries, newest first (no bodies: `store get` prints one)."""
+    """List live entries, newest first (no bodies: `store get` prints one).
+
+    Superseded entries (docs/recall.md, "Memory and scoring") are left out, and
+    not counted, unless --include-superseded.
+    """
     with naming("--as-of"):
         page = open_store(ctx).list_page(
-            target=target, since=since, until=until, offset=offset, limit=limit, as_of=as_of
+            target=target, since=since, until=until, offset=offset, limit=limit, as_of=as_of,
+            include_superseded=include_superseded,
         )
     ctx.emit(page.to_json(), human=_list_text)
 
@@ -108,6 +117,7 @@ def _list_text(page: dict[str, Any]) -> str:
         lines.append(
             f"{e['cache_key'][:16]}  {iso(e['created_at_unix']):20}  {e['seq']:>8}  "
             f"{e['bytes']:>8}  {safe(e['target'])}"
+            + (" (superseded)" if e["superseded"] else "")
         )
     nxt = page["next_offset"]
     if nxt is not None:

@@ -52,7 +52,8 @@ class Hit(TypedDict):
 
     cache_key: Annotated[str, Field(description="The packet's key: pass it to `get`.")]
     target: Annotated[str, Field(description="The reducer target that produced the packet.")]
-    score: Annotated[float, Field(description="Rank score (BM25 plus structured boosts); "
+    score: Annotated[float, Field(description="Rank score (BM25 plus structured boosts, "
+                                              "plus the source-tier and recency adjustments); "
                                               "higher is better, comparable within one answer.")]
     summary: Annotated[str, Field(description="The packet's summary.")]
     snippet: Annotated[str, Field(description="Up to 240 characters of the packet's text "
@@ -61,13 +62,20 @@ class Hit(TypedDict):
     matched_paths: Annotated[list[str], Field(description="Packet paths the query matched.")]
     matched_symbols: Annotated[list[str], Field(description="Packet symbols the query "
                                                             "matched.")]
-    match_reasons: Annotated[list[str], Field(description="Why it matched: bm25_text, "
-                                                          "path_match, symbol_match, ...")]
+    match_reasons: Annotated[list[str], Field(description=(
+        "Why it matched and how it was scored: bm25_text, path_match, symbol_match, "
+        "test_match, task_match, curated_memory, telemetry, recency, superseded."))]
     packet_types: list[str]
     task_ids: Annotated[list[str], Field(description="Tasks the packet belongs to.")]
     budget_estimate: Budget
     created_at_unix: UnixTime
     age_secs: Annotated[float, Field(description="Seconds since it was cached.")]
+    memory_kind: Annotated[str | None, Field(description="The packet's memory_kind, if any.")]
+    source_tier: Annotated[str | None, Field(description="curated, telemetry, or null.")]
+    superseded_by: Annotated[str | None, Field(description="With include_superseded: the "
+                                                           "newer packet that replaced this "
+                                                           "one (null: current or "
+                                                           "self-marked).")]
     freshness: NotRequired[Annotated[Freshness, Field(description="Absent when the store has "
                                                                   "no project root on disk.")]]
 
@@ -119,6 +127,14 @@ class EntrySummary(TypedDict):
     expires_at_unix: Annotated[int, Field(description="When the TTL expires it.")]
     seq: int
     bytes: Annotated[int, Field(description="Size of the packet's canonical encoding.")]
+    memory_kind: str | None
+    source_tier: Annotated[str | None, Field(description="curated, telemetry, or null.")]
+    superseded: Annotated[bool, Field(description="Replaced by a newer packet of its "
+                                                  "dedupe_key, or self-marked (listed only "
+                                                  "with include_superseded).")]
+    superseded_by: Annotated[str | None, Field(description="The newer packet that replaced "
+                                                           "it (null: current or "
+                                                           "self-marked).")]
 
 
 class EntryPage(TypedDict):

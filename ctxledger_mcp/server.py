@@ -72,6 +72,12 @@ learn with `put`. Work in tasks: `task_create`, `task_start`, `task_note`
 # --- argument types: each carries the description a model reads ---------------------------
 
 Scope = Literal["global", "task-first", "task-only"]
+Mode = Literal["auto", "conceptual", "telemetry"]
+MemoryKind = Literal["brief", "handoff", "recommended_action", "evidence", "tool_trace",
+                     "focus_inference", "state_write", "other"]
+IncludeSuperseded = Annotated[bool, Field(description=(
+    "Also return packets a newer packet with the same dedupe_key replaced, or that marked "
+    "themselves superseded (flagged: 'superseded' in match_reasons, superseded_by)."))]
 NoteType = Literal["decision", "question", "intention", "evidence", "file_read", "file_edit",
                    "tool_call", "other"]
 StateFilter = Literal["unknown", "created", "running", "completed", "failed", "cancelled",
@@ -260,6 +266,14 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
         fresh_only: Annotated[bool, Field(description=(
             "Drop stale hits (a file the packet names changed or is gone since it was put); "
             "fresh and unknown hits stay."))] = False,
+        include_superseded: IncludeSuperseded = False,
+        mode: Annotated[Mode, Field(description=(
+            "Which source tier scores higher: conceptual prefers curated packets (what "
+            "agents wrote), telemetry prefers telemetry (what tools emitted); auto is "
+            "conceptual unless every kind asked for is tool_trace, focus_inference or "
+            "state_write."))] = "auto",
+        kinds: Annotated[list[MemoryKind], Field(description=(
+            "Only packets of these memory kinds."))] = [],  # noqa: B006
     ) -> S.RecallResult:
         """Find what earlier runs cached about something: call this before re-deriving
         a fact, re-reading a file's history or re-running an analysis. Ranks live packets
@@ -270,6 +284,7 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
             target=target, task_id=task_id, scope=scope, packet_types=packet_types,
             path_filters=path_filters, symbol_filters=symbol_filters, as_of=as_of_arg(as_of),
             provider=provider, model=model, budget_tokens=budget_tokens, fresh_only=fresh_only,
+            include_superseded=include_superseded, mode=mode, kinds=kinds,
         )
         return cast(S.RecallResult, answer.to_json())
 
@@ -279,7 +294,11 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
             "The packet, a JSON object: 'target' (required, a non-empty string: what produced "
             "it, e.g. 'diffy.analyze'), 'summary' (string: what was learned), 'paths', "
             "'symbols', 'tests', 'task_ids', 'packet_types' (lists of strings, all indexed "
-            "for recall), 'payload' (any JSON). Other keys are kept as they are."))],
+            "for recall), 'payload' (any JSON); optional memory fields 'memory_kind' (brief, "
+            "handoff, recommended_action, evidence, tool_trace, focus_inference, "
+            "state_write, other), 'source_tier' (curated or telemetry), 'dedupe_key' (a "
+            "string: a newer packet with the same key replaces this one in recall and list), "
+            "'superseded' (true: obsolete). Other keys are kept as they are."))],
         metadata: Annotated[dict[str, Any] | None, Field(description=(
             "Optional JSON object stored beside the packet (not part of its key)."))] = None,
     ) -> S.PutResult:
@@ -310,12 +329,13 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
         limit: Annotated[int, Field(ge=0, le=MAX_INT, description="At most this many "
                                                                   "entries.")] = 100,
         as_of: AsOf = None,
+        include_superseded: IncludeSuperseded = False,
     ) -> S.EntryPage:
         """List cached packets, newest first, without their bodies (`get` reads one):
         to see what the store holds, or page through a target's packets."""
         page = store.list_page(target=target, since=time_arg("since", since),
                                until=time_arg("until", until), offset=offset, limit=limit,
-                               as_of=as_of_arg(as_of))
+                               as_of=as_of_arg(as_of), include_superseded=include_superseded)
         return cast(S.EntryPage, page.to_json())
 
     @tool("stats", read_only=True)

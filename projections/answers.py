@@ -109,6 +109,12 @@ class EntrySummary:
     expires_at_unix: int
     seq: int
     bytes: int
+    memory_kind: str | None = None
+    source_tier: str | None = None
+    superseded: bool = False
+    """Listed only with ``include_superseded`` (docs/recall.md, "Memory and scoring")."""
+    superseded_by: str | None = None
+    """The newer cache_key of its dedupe group (None: current, or self-marked)."""
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)

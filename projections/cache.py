@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -207,9 +207,16 @@ class CacheState:
         target: str | None = None,
         since: float | None = None,
         until: float | None = None,
+        exclude: Collection[str] | None = None,
     ) -> tuple[list[EntryRef], int]:
-        """``select``'s entries ``offset`` to ``offset + limit``, and how many match in all."""
+        """``select``'s entries ``offset`` to ``offset + limit``, and how many match in all;
+        ``exclude``: cache_keys left out of both (superseded entries, say)."""
         cols, order = self._matching(live_after, target, since, until)
+        if exclude:
+            import numpy as np
+
+            drop = np.array([bytes.fromhex(k) for k in exclude], dtype="S32")
+            order = order[~np.isin(cols[0][order], drop)]
         return [self._column_ref(cols, i) for i in order[offset : offset + limit]], len(order)
 
     def _matching(

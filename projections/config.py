@@ -21,7 +21,7 @@ KNOWN_SETTINGS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("every_events", "every_seconds", "close_lag"),
     "storage": ("scope",),
     "calibration": ("window",),
-    "recall": ("provider", "model"),
+    "recall": ("provider", "model", "tier_bonus", "tier_penalty", "recency_weight"),
 }
 """Every table of config.toml and its keys: anything else is a typo, and an error."""
 
@@ -46,6 +46,13 @@ class StoreConfig:
     """``[recall] provider``: whose calibration recall's budget estimate uses by default."""
     recall_model: str | None = None
     """``[recall] model``: with ``provider``, the calibration profile recall uses by default."""
+    recall_tier_bonus: float = 0.5
+    """``[recall] tier_bonus``: added to the score of a packet of the preferred source
+    tier (curated; telemetry in telemetry mode). docs/recall.md, "Memory and scoring"."""
+    recall_tier_penalty: float = 0.25
+    """``[recall] tier_penalty``: taken from the score of a packet of the other tier."""
+    recall_recency_weight: float = 0.25
+    """``[recall] recency_weight``: w in the recency term w / (1 + age in days); 0: off."""
 
     @classmethod
     def load(cls, path: Path) -> StoreConfig:
@@ -118,7 +125,20 @@ def _settings(path: Path) -> dict[str, Any]:
             if why is not None:
                 raise ConfigError(f"{path}: [recall] {key} {why}")
             kw[f"recall_{key}"] = value
+    for key in ("tier_bonus", "tier_penalty", "recency_weight"):
+        value = recall.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value) or not 0 <= value <= MAX_ADJUSTMENT:
+            raise ConfigError(f"{path}: [recall] {key} must be a number from 0 to "
+                              f"{MAX_ADJUSTMENT}")
+        kw[f"recall_{key}"] = float(value)
     return kw
+
+
+MAX_ADJUSTMENT = 100
+"""Largest ``[recall]`` score adjustment: BM25 scores are of order 1 to 30."""
 
 
 MAX_LABEL = 200

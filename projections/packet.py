@@ -15,6 +15,7 @@ from eventstore.frame import encode_row
 from eventstore.jsontext import JSONTextError, loads_strict
 
 from .cache import PUT
+from .memory import memory_field_error
 from .scope import PROJECT_TAG
 
 DEFAULT_MAX_PACKET_BYTES = 16 * 1024 * 1024
@@ -245,6 +246,9 @@ def check_packet_fields(packet: object) -> None:
         for v in value:
             if type(v) is not str and not isinstance(v, str):
                 raise InvalidPacketError(f"packet field {name!r} must be a list of strings")
+    why = memory_field_error(packet)
+    if why is not None:
+        raise InvalidPacketError(why)
 
 
 def _checked(packet: Mapping[str, Any], max_bytes: int) -> tuple[dict[str, Any], bytes, int]:

@@ -29,6 +29,7 @@ from eventstore import (
 from . import cache, scope
 from . import fingerprints as fingerprints_view
 from . import handoffs as handoffs_view
+from . import memory as memory_view
 from . import tasks as tasks_view
 from .answers import (
     AmbiguousKeyError,
@@ -86,11 +87,13 @@ HANDOFFS = Projection(handoffs_view.NAME, handoffs_view.VERSION, handoffs_view.H
 FINGERPRINTS = Projection(fingerprints_view.NAME, fingerprints_view.VERSION,
                           fingerprints_view.FingerprintState,
                           fingerprints_view.FingerprintState.from_bytes)
+MEMORY = Projection(memory_view.NAME, memory_view.VERSION, memory_view.MemoryState,
+                    memory_view.MemoryState.from_bytes)
 
 
 def projections() -> list[Projection]:
     """Every view the store keeps, in fold order."""
-    return [CACHE, RECALL, TASKS, HANDOFFS, FINGERPRINTS]
+    return [CACHE, RECALL, TASKS, HANDOFFS, FINGERPRINTS, MEMORY]
 
 
 def _packet_matches(ev: Event, key: bytes) -> bool:
@@ -568,9 +571,12 @@ class ContextStore:
         offset: int = 0,
         limit: int = 100,
         as_of: int | float | None = None,
+        include_superseded: bool = False,
     ) -> list[EntrySummary]:
-        """Live entries, newest first, filtered and paged."""
-        return self.list_page(target, since, until, offset, limit, as_of).entries
+        """Live entries, newest first, filtered and paged (superseded ones only with
+        ``include_superseded``: docs/recall.md, "Memory and scoring")."""
+        return self.list_page(target, since, until, offset, limit, as_of,
+                              include_superseded).entries
 
     def list_page(
         self,
@@ -580,15 +586,20 @@ class ContextStore:
         offset: int = 0,
         limit: int = 100,
         as_of: int | float | None = None,
+        include_superseded: bool = False,
     ) -> EntryPage:
-        """:meth:`list`, saying how many entries matched and whether the page was cut."""
+        """:meth:`list`, saying how many entries matched and whether the page was cut
+        (both counting only what the listing returns)."""
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must be non-negative")
-        state = self._state_as_of(as_of, [cache.NAME])[0]
-        assert isinstance(state, CacheState)
+        state, mstate = self._state_as_of(as_of, [cache.NAME, memory_view.NAME])
+        assert isinstance(state, CacheState) and isinstance(mstate, memory_view.MemoryState)
         ttl = self.config.ttl_seconds
+        live_after = self._live_after()
+        sup = mstate.superseded_keys(live_after) if mstate.may_supersede() else {}
         refs, total = state.select_page(
-            offset, limit, live_after=self._live_after(), target=target, since=since, until=until
+            offset, limit, live_after=live_after, target=target, since=since, until=until,
+            exclude=None if include_superseded or not sup else sup,
         )
         out = [
             EntrySummary(
@@ -598,6 +609,7 @@ class ContextStore:
                 int(ref.created_at + ttl),
                 ref.seq,
                 ref.nbytes,
+                *memory_view.summary_fields(mstate.info(ref.cache_key), sup.get(ref.cache_key)),
             )
             for ref in refs
         ]
@@ -621,8 +633,16 @@ class ContextStore:
         provider: str | None = None,
         model: str | None = None,
         fresh_only: bool = False,
+        include_superseded: bool = False,
+        mode: str = "auto",
+        kinds: Iterable[str] = (),
     ) -> builtins.list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md).
+
+        Memory fields (docs/recall.md, "Memory and scoring"): superseded entries are
+        left out unless ``include_superseded``; ``kinds`` keeps only those memory
+        kinds; ``mode`` (auto, conceptual, telemetry) says which source tier the
+        score prefers; a recency term favours newer entries.
 
         ``provider`` and ``model`` (default: ``[recall]`` in config.toml) name the
         calibration profile whose capacity multiplier scales each hit's
@@ -635,32 +655,36 @@ class ContextStore:
         if as_of is None:
             # a cold process: the views' checkpoints are checksummed on another core
             # while this thread imports numpy and the recall index
-            self.runner.prefetch([cache.NAME, RECALL_NAME])
-        from . import recall_view  # noqa: F401
+            self.runner.prefetch([cache.NAME, RECALL_NAME, memory_view.NAME])
+        from . import memory_rank, recall_view  # noqa: F401
         fresh = self.files_root is not None
-        states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME] + (
+        states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME, memory_view.NAME] + (
             [fingerprints_view.NAME] if fresh else []))
         rstate = cast("RecallState", states[1])
+        cstate, mstate = states[0], states[2]
+        assert isinstance(cstate, CacheState) and isinstance(mstate, memory_view.MemoryState)
         now = self.clock()
-        hits = rstate.index.search(
-            query,
-            limit=limit,
-            since=since,
-            until=until,
-            target=target,
-            task_id=task_id,
-            scope=scope,
-            packet_types=tuple(packet_types),
-            path_filters=tuple(path_filters),
-            symbol_filters=tuple(symbol_filters),
-            live_after=now - self.config.ttl_seconds,
-            now=now,
+        hits = memory_rank.search(
+            rstate.index, mstate, cstate, query, limit,
+            dict(
+                since=since,
+                until=until,
+                target=target,
+                task_id=task_id,
+                scope=scope,
+                packet_types=tuple(packet_types),
+                path_filters=tuple(path_filters),
+                symbol_filters=tuple(symbol_filters),
+                live_after=now - self.config.ttl_seconds,
+            ),
+            scoring=memory_rank.Scoring(self.config.recall_tier_bonus,
+                                        self.config.recall_tier_penalty,
+                                        self.config.recall_recency_weight),
+            mode=mode, kinds=tuple(kinds), include_superseded=include_superseded, now=now,
         )
-        cstate = states[0]
-        assert isinstance(cstate, CacheState)
         found: dict[str, Any] = {}
         if fresh:  # checked in rank order (one budget per query), before any snippet
-            found = self._freshness(states[2], [h.cache_key for h in hits])
+            found = self._freshness(states[3], [h.cache_key for h in hits])
             if fresh_only:
                 hits = [h for h in hits if found[h.cache_key].state != "stale"]
         out = [self._with_snippet(h, cstate, capacity, found.get(h.cache_key)) for h in hits]

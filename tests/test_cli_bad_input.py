@@ -207,6 +207,25 @@ CALIBRATION_CASES = [  # (nothing may reach the agent home: the test checks it s
          "--model", "passwd", "--estimated", "1", "--actual", "-1"),
     case("traversal", "calibration show", "--root", PASSWD, "--provider", "../../etc"),
 ]
+MEMORY_CASES = [  # issue 13: the memory fields of a packet, the memory options of recall/list
+    case("types", "store put", "--root", R, stdin=b'{"target": "t", "memory_kind": "note"}',
+         code=1),
+    case("types", "store put", "--root", R, stdin=b'{"target": "t", "source_tier": "gold"}',
+         code=1),
+    case("types", "store put", "--root", R, stdin=b'{"target": "t", "dedupe_key": 5}', code=1),
+    case("types", "store put", "--root", R, stdin=b'{"target": "t", "dedupe_key": " "}',
+         code=1),
+    case("types", "store put", "--root", R, stdin=b'{"target": "t", "superseded": "yes"}',
+         code=1),
+    case("huge", "store put", "--root", R,
+         stdin=b'{"target": "t", "dedupe_key": "' + b"k" * 513 + b'"}', code=1),
+    case("types", "recall", "--root", R, "-q", "x", "--mode", "bogus"),
+    case("types", "recall", "--root", R, "-q", "x", "--kind", "note"),
+    case("types", "recall", "--root", R, "-q", "x", "--include-superseded=yes"),
+    case("types", "store list", "--root", R, "--include-superseded=1"),
+    case("control", "recall", "--root", R, "-q", "x", "--kind", "brief\x1b[2J"),
+    case("utf8", "recall", "--root", R, "-q", "x", "--mode", b"auto\xff"),
+]
 MCP_CASES = [  # (a root with a store would serve: every case fails before that)
     case("types", "mcp", "--root", R, "--bogus"),
     case("types", "mcp", "--root", R, "serve-it"),  # no such subcommand
@@ -388,6 +407,7 @@ CASES = [
     case("negative", "demo", "--root", R, "--packets", "-3"),
     *TASK_CASES,
     *MCP_CASES,
+    *MEMORY_CASES,
     *ARTIFACT_CASES,
     *CALIBRATION_CASES,
     case("types", "log head", "--root", R, "extra"),

@@ -216,6 +216,10 @@ def test_recall_command_scopes_are_the_engines() -> None:
     import projections.recall
 
     assert cli.recall.SCOPES == projections.recall.SCOPES
+    from projections.memory import MEMORY_KINDS
+    from projections.memory_rank import MODES
+
+    assert cli.recall.MODES == MODES and cli.recall.MEMORY_KINDS == MEMORY_KINDS
 
 
 def test_recall_json_and_usage_errors(root: Path) -> None:
@@ -268,13 +272,16 @@ def test_replay_rebuild_checkpoint(root: Path) -> None:
     assert r.exit_code == 2
     reb = ok_json("rebuild", "--root", str(root))
     assert reb["events"] == 5
-    assert set(reb["projections"]) == {"cache", "recall", "tasks", "handoffs", "fingerprints"}
+    assert set(reb["projections"]) == {"cache", "recall", "tasks", "handoffs", "fingerprints",
+                                       "memory"}
     assert cli("rebuild", "--projection", "nope", "--root", str(root)).exit_code == 2
     ck = ok_json("checkpoint", "--root", str(root))
     assert ck["head_seq"] == 5
 
 
 def test_garbled_checkpoints_answer_identically(root: Path) -> None:
+    # exact scores: without the recency term, which moves with the clock between the runs
+    (root / ".ctxledger" / "config.toml").write_text("[recall]\nrecency_weight = 0\n")
     for i in range(4):
         ok_json(
             "store",

@@ -91,9 +91,22 @@ async def call(client: Any, name: str, **args: Any) -> Any:
     return r.structured_content
 
 
+MEMORY_PACKETS = [  # memory fields: kinds, tiers, a dedupe pair (the second put supersedes)
+    {"target": "mcp.mem", "summary": "decimal rounding rule", "memory_kind": "brief",
+     "source_tier": "curated", "dedupe_key": "decimal-rule"},
+    {"target": "mcp.mem", "summary": "decimal rounding rule, revised", "memory_kind": "brief",
+     "source_tier": "curated", "dedupe_key": "decimal-rule"},
+    {"target": "mcp.mem", "summary": "decimal trace of a run", "memory_kind": "tool_trace",
+     "source_tier": "telemetry"},
+    {"target": "mcp.mem", "summary": "decimal evidence", "memory_kind": "evidence",
+     "superseded": True},
+]
+
+
 def make_store(root: Path, n: int = 300) -> Path:
     with ContextStore.open(root) as st:
         st.put_many(stdlib_packets(n, seed=0))
+        st.put_many(MEMORY_PACKETS)
         st.tasks.create("a running task", id=RUNNING, labels=["mcp"])
         st.tasks.start(RUNNING)
         st.tasks.note(RUNNING, "question", {"text": "which token?"})
@@ -131,6 +144,9 @@ QUERIES: list[dict[str, Any]] = [  # every option recall has; all but one find s
     {"query": "release", "symbol_filters": ["_Feature"]},
     {"query": "decimal context", "since": "7d", "until": "@9999999999"},
     {"query": "decimal", "as_of": 100},
+    {"query": "decimal", "mode": "telemetry"},
+    {"query": "decimal", "mode": "conceptual", "kinds": ["brief", "tool_trace"]},
+    {"query": "decimal", "include_superseded": True, "kinds": ["brief", "evidence"]},
 ]
 
 
@@ -151,8 +167,11 @@ def assert_same_hits(got: dict[str, Any], want: list[RecallHit]) -> None:
         wj = plain(w)
         assert g.keys() == wj.keys()
         assert g["age_secs"] >= 0
-        assert {k: v for k, v in g.items() if k != "age_secs"} == \
-            {k: v for k, v in wj.items() if k != "age_secs"}
+        # the recency term moves with the clock (w / 86400 = 2.9e-6 a second at most): the
+        # two answers were seconds apart
+        assert g["score"] == pytest.approx(wj["score"], rel=0, abs=1e-3)
+        assert {k: v for k, v in g.items() if k not in ("age_secs", "score")} == \
+            {k: v for k, v in wj.items() if k not in ("age_secs", "score")}
 
 
 # --- the tools and resources, each against the library ------------------------------------
@@ -198,6 +217,9 @@ def test_every_tool_and_resource_answers_as_the_library_does(root: Path) -> None
                 st.list_page(target="mcp.test"))
             assert await call(c, "list", as_of=50, limit=3) == plain(
                 st.list_page(as_of=50, limit=3))
+            assert await call(c, "list", target="mcp.mem", include_superseded=True) == plain(
+                st.list_page(target="mcp.mem", include_superseded=True))
+            assert len((await call(c, "list", target="mcp.mem"))["entries"]) == 2
             stats = await call(c, "stats")
             mine = st.stats()
             assert stats.keys() == mine.keys()
@@ -291,11 +313,15 @@ def _put_result(st: ContextStore, key: str) -> dict[str, Any]:
 def test_the_server_spells_the_library_constants_out() -> None:
     if not HAVE_MCP:
         pytest.skip("the mcp extra is not installed (pip install 'ctxledger[mcp]')")
+    from projections.memory import MEMORY_KINDS
+    from projections.memory_rank import MODES
     from projections.recall import SCOPES
 
     assert get_args(mcp_server.NoteType) == NOTE_TYPES
     assert get_args(mcp_server.StateFilter) == (*STATES, "quarantined")
     assert get_args(mcp_server.Scope) == SCOPES
+    assert get_args(mcp_server.Mode) == MODES
+    assert get_args(mcp_server.MemoryKind) == MEMORY_KINDS
 
 
 # --- bad input -------------------------------------------------------------------------------
@@ -311,6 +337,9 @@ BAD: list[tuple[str, dict[str, Any], str]] = [  # tool, arguments, what the erro
     ("recall", {"query": "x", "as_of": True}, "valid integer"),
     ("recall", {"query": "x", "since": False}, "valid number"),
     ("recall", {"query": "x", "scope": "bogus"}, "task-first"),
+    ("recall", {"query": "x", "mode": "bogus"}, "conceptual"),
+    ("recall", {"query": "x", "kinds": ["bogus"]}, "tool_trace"),
+    ("list", {"include_superseded": "yes"}, "valid boolean"),
     ("recall", {"scope": "task-only"}, "needs a task id"),  # the library's rule
     ("recall", {"query": " ".join(f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(65))},
      "distinct terms"),

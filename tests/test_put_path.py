@@ -18,6 +18,7 @@ from eventstore import Event, Ledger, LedgerError, MemoryLog
 from eventstore.event import build_event
 from eventstore.frame import FOOTER_SIZE, FRAME_HEADER, FRAME_HEADER_SIZE, SEGMENT_HEADER_SIZE
 from projections import ContextStore, cache_key_of, canonical_bytes
+from projections.config import StoreConfig
 from projections.packet import encode_packet, packet_data, verbatim_packet
 from projections.store import store_dir
 
@@ -99,9 +100,10 @@ def test_packet_bytes_stand_verbatim_at_the_end_of_the_row(packet: dict[str, Any
 def test_a_store_over_memory_log_matches_the_file_store(tmp_path: Path) -> None:
     pkts = [{"target": "t.a", "summary": f"auth gap {i}", "paths": [f"src/m{i}.py"]}
             for i in range(50)]
+    cfg = StoreConfig(recall_recency_weight=0.0)  # the two logs' put times differ a little
     with MemoryLog() as log:
-        with ContextStore.open(tmp_path / "mem", log=log) as mem, \
-                ContextStore.open(tmp_path / "file") as disk:
+        with ContextStore.open(tmp_path / "mem", log=log, config=cfg) as mem, \
+                ContextStore.open(tmp_path / "file", config=cfg) as disk:
             a = [r.cache_key for r in mem.put_many(pkts)]
             b = [r.cache_key for r in disk.put_many(pkts)]
             assert a == b

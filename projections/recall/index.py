@@ -1741,12 +1741,71 @@ class RecallIndex:
         hit = self._hit
         return [hit(d, sc, m, q, task_id, now) for sc, d, m in ranked]
 
+    def hits_for(
+        self,
+        ranked: Sequence[tuple[str, float]],
+        query: str,
+        since: float | None = None,
+        until: float | None = None,
+        target: str | None = None,
+        task_id: str | None = None,
+        scope: str = "global",
+        packet_types: Sequence[str] = (),
+        path_filters: Sequence[str] = (),
+        symbol_filters: Sequence[str] = (),
+        live_after: float | None = None,
+        now: float | None = None,
+    ) -> list[RecallHit]:
+        """Full hits for ``ranked`` ``(cache_key, score)`` pairs that :meth:`rank` gave for
+        the same query and filters, with the caller's scores: a re-ranker on top of
+        ``rank`` builds hits only for the entries it keeps."""
+        if not ranked:
+            return []
+        got = self._prepare(query, len(ranked), since, until, target, task_id, scope,
+                            packet_types, path_filters, symbol_filters, live_after, False)
+        if got is None:
+            raise ValueError("hits_for: these entries were not ranked for this query")
+        q = got[0]
+        if now is None:
+            now = time.time()
+        out = []
+        for key, sc in ranked:
+            d = self._doc_id(key)
+            if d < 0:
+                raise ValueError(f"hits_for: {key} is not in the index")
+            out.append(self._hit(d, sc, None, q, task_id, now))
+        return out
+
     def _ranked(self, query: str, limit: int, since: float | None, until: float | None,
                 target: str | None, task_id: str | None, scope: str,
                 packet_types: Sequence[str], path_filters: Sequence[str],
                 symbol_filters: Sequence[str], live_after: float | None, matched: bool
                 ) -> tuple[_Query, list[Any]] | None:
         """Validate, resolve and rank: (query state, [(score, doc, matched tokens or None)])."""
+        got = self._prepare(query, limit, since, until, target, task_id, scope, packet_types,
+                            path_filters, symbol_filters, live_after, matched)
+        if got is None:
+            return None
+        q, task_docs = got
+        limit = 8 if limit is None else limit
+        if scope == "task-first":
+            assert task_docs is not None
+            saved = q.restrict
+            q.restrict = task_docs if saved is None else saved[_isin_sorted(saved, task_docs)]
+            ranked = self._rank(q, limit, None)
+            if len(ranked) < limit:
+                q.restrict = saved
+                ranked += self._rank(q, limit - len(ranked), task_docs)
+        else:
+            ranked = self._rank(q, limit, None)
+        return q, ranked
+
+    def _prepare(self, query: str, limit: int, since: float | None, until: float | None,
+                 target: str | None, task_id: str | None, scope: str,
+                 packet_types: Sequence[str], path_filters: Sequence[str],
+                 symbol_filters: Sequence[str], live_after: float | None, matched: bool
+                 ) -> tuple[_Query, np.ndarray | None] | None:
+        """Validate and resolve: (query state, the task's docs or None); None: no hits."""
         if scope not in SCOPES:
             raise ValueError(f"unknown scope {scope!r}: expected one of {', '.join(SCOPES)}")
         if limit is None:
@@ -1800,17 +1859,7 @@ class RecallIndex:
         if has_filter:
             self._filter_sets(q, packet_types, path_filters, symbol_filters, target,
                               task_docs if scope == "task-only" else None)
-        if scope == "task-first":
-            assert task_docs is not None
-            saved = q.restrict
-            q.restrict = task_docs if saved is None else saved[_isin_sorted(saved, task_docs)]
-            ranked = self._rank(q, limit, None)
-            if len(ranked) < limit:
-                q.restrict = saved
-                ranked += self._rank(q, limit - len(ranked), task_docs)
-        else:
-            ranked = self._rank(q, limit, None)
-        return q, ranked
+        return q, task_docs
 
     # ------------------------------------------------------------ hits
     def _key_of(self, d: int) -> str:

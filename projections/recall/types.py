@@ -234,6 +234,13 @@ class RecallHit:
     freshness: Freshness | None = None
     """Whether the packet's files are as they were when it was put (None: the store
     has no project root on disk to check them against)."""
+    memory_kind: str | None = None
+    """The packet's ``memory_kind`` (None: it names none); docs/recall.md, "Memory and scoring"."""
+    source_tier: str | None = None
+    """``curated`` or ``telemetry`` (None: the packet names no tier)."""
+    superseded_by: str | None = None
+    """With ``include_superseded``: the newer cache_key of the dedupe group that replaced
+    this one (None: current, or it marked itself ``superseded``)."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready mapping (lists, not tuples)."""
@@ -252,6 +259,9 @@ class RecallHit:
             "budget_estimate": dict(self.budget_estimate),
             "created_at_unix": self.created_at_unix,
             "age_secs": self.age_secs,
+            "memory_kind": self.memory_kind,
+            "source_tier": self.source_tier,
+            "superseded_by": self.superseded_by,
         }
         if self.freshness is not None:
             doc["freshness"] = self.freshness.to_json()
