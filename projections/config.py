@@ -51,8 +51,9 @@ class StoreConfig:
     tier (curated; telemetry in telemetry mode). docs/recall.md, "Memory and scoring"."""
     recall_tier_penalty: float = 0.25
     """``[recall] tier_penalty``: taken from the score of a packet of the other tier."""
-    recall_recency_weight: float = 0.25
-    """``[recall] recency_weight``: w in the recency term w / (1 + age in days); 0: off."""
+    recall_recency_weight: float = 0.0
+    """``[recall] recency_weight``: w in the recency term w / (1 + age in days); 0 (the
+    default): off. Packet28 uses 0.25; docs/recall.md says what it costs."""
 
     @classmethod
     def load(cls, path: Path) -> StoreConfig:

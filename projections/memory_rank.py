@@ -39,7 +39,7 @@ class Scoring:
 
     tier_bonus: float = 0.5
     tier_penalty: float = 0.25
-    recency_weight: float = 0.25
+    recency_weight: float = 0.0
 
 
 def preferred_tier(mode: str, kinds: Sequence[str] = ()) -> str:
@@ -111,13 +111,19 @@ class Ranked:
     superseded: Supersession | None
 
 
+MAX_RERANK = 2048
+"""Candidates the re-rank may ask the engine for in one query (failure rule 8: bounded
+work). Past it the answer is the best of those candidates, flagged ``rerank_bounded``."""
+
+
 def exact_top(
     rank: Callable[[int], list[tuple[str, float]]],
     k: int,
     judge: Callable[[str, float], Ranked | None],
     bound: Callable[[float], float],
     start: int,
-) -> tuple[list[Ranked], set[str] | None]:
+    max_n: int = MAX_RERANK,
+) -> tuple[list[Ranked], set[str] | None, bool]:
     """The exact top ``k`` by adjusted score (ties: newest, then cache_key, as the engine).
 
     ``rank(n)`` is the engine's top n by base score; ``judge`` adjusts one, or
@@ -125,9 +131,11 @@ def exact_top(
     The answer is final once the k-th kept score is strictly above
     ``bound(s_N)`` (an equal score could lose its tie to an unseen newer entry),
     or once the engine returned fewer than asked (it has no more matches).
-    Returns the top k and, when the engine ran dry, every key it matched.
+    Returns the top k, every key the engine matched when it ran dry (else
+    None), and whether ``max_n`` candidates were judged without the answer
+    becoming final (then it is the best among them, not proven exact).
     """
-    n = max(start, 1)
+    n = min(max(start, 1), max_n)
     judged: dict[str, Ranked | None] = {}
     while True:
         got = rank(n)
@@ -140,10 +148,12 @@ def exact_top(
                 kept.append(r)
         kept.sort(key=_order)
         if len(got) < n:
-            return kept[:k], {key for key, _ in got}
+            return kept[:k], {key for key, _ in got}, False
         if len(kept) >= k and kept[k - 1].score > bound(got[-1][1]):
-            return kept[:k], None
-        n *= 2
+            return kept[:k], None, False
+        if n >= max_n:
+            return kept[:k], None, True
+        n = min(2 * n, max_n)
 
 
 def _order(r: Ranked) -> tuple[float, float, str]:
@@ -219,18 +229,19 @@ def search(
         index.rank(query, 0, **engine)  # the engine's validation, as search does it
         return []
     if engine.get("scope") == "task-first":
-        top, seen = exact_top(ranker("task-only"), limit, judge_with(()), bound, start)
-        if len(top) < limit:
-            assert seen is not None  # fewer than asked: the engine ran dry
-            rest, _ = exact_top(ranker("global"), limit - len(top), judge_with(seen), bound,
-                                start)
-            top += rest
+        top, seen, bounded = exact_top(ranker("task-only"), limit, judge_with(()), bound,
+                                       start, MAX_RERANK)
+        if len(top) < limit and seen is not None:  # the engine ran dry on the task's own
+            rest, _, more = exact_top(ranker("global"), limit - len(top), judge_with(seen),
+                                      bound, start, MAX_RERANK)
+            top, bounded = top + rest, bounded or more
     else:
-        top, _ = exact_top(ranker(engine.get("scope", "global")), limit, judge_with(()),
-                           bound, start)
+        top, _, bounded = exact_top(ranker(engine.get("scope", "global")), limit,
+                                    judge_with(()), bound, start, MAX_RERANK)
     hits = index.hits_for([(r.cache_key, r.score) for r in top], query, now=now, **engine)
+    flag = ("rerank_bounded",) if bounded else ()
     return [
-        _with_memory(h, r.info, r.superseded, adj.reasons(r.info.source_tier))
+        _with_memory(h, r.info, r.superseded, adj.reasons(r.info.source_tier) + flag)
         for h, r in zip(hits, top, strict=True)
     ]
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cli.main import ctxledger
 from eventstore import Event, MemoryLog
 from eventstore.event import build_event
-from projections import ContextStore
+from projections import ContextStore, memory_rank
 from projections.cache import EVICTED, PUT, CacheState
 from projections.config import StoreConfig
 from projections.memory import MEMORY_KINDS, MemoryState
@@ -207,7 +207,7 @@ def _base(s: ContextStore, query: str) -> dict[str, float]:
 def test_scores_are_the_documented_formula(tmp_path: Path) -> None:
     clock = Clock()
     with store(tmp_path, clock, ttl_seconds=100 * DAY, recall_tier_bonus=0.75,
-               recall_tier_penalty=0.5) as s:
+               recall_tier_penalty=0.5, recall_recency_weight=0.25) as s:
         cur = s.put(pkt("deploy step", source_tier="curated")).cache_key
         clock.t += 2 * DAY
         tel = s.put(pkt("deploy step trace", source_tier="telemetry")).cache_key
@@ -246,7 +246,7 @@ def test_without_adjustments_recall_is_the_engine(tmp_path: Path) -> None:
 
 def test_recency_orders_equal_texts_newest_first(tmp_path: Path) -> None:
     clock = Clock()
-    with store(tmp_path, clock, ttl_seconds=100 * DAY) as s:
+    with store(tmp_path, clock, ttl_seconds=100 * DAY, recall_recency_weight=0.25) as s:
         old = s.put(pkt("same words", n=1)).cache_key
         clock.t += 10 * DAY
         new = s.put(pkt("same words", n=2)).cache_key
@@ -461,7 +461,32 @@ def test_an_entry_the_engine_left_out_can_win() -> None:
     plain_key, curated_key = sorted(base, key=lambda k: -base[k])
     assert base[plain_key] > base[curated_key] > base[plain_key] - 0.5
     for first_n in (1, 2, None):
-        got = search(recall.index, memory, cache, "auth", 1, {}, scoring=Scoring(), now=T0,
-                     first_n=first_n)
+        got = search(recall.index, memory, cache, "auth", 1, {},
+                     scoring=Scoring(recency_weight=0.25), now=T0, first_n=first_n)
         assert [h.cache_key for h in got] == [curated_key]
         assert got[0].score == pytest.approx(base[curated_key] + 0.5 + 0.25, abs=1e-12)
+
+
+def test_the_rerank_is_bounded_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Equal texts of different ages with recency on: the newest must be found, which
+    can take every match; past MAX_RERANK candidates the best of them is returned,
+    flagged ``rerank_bounded`` (failure rule 8), and within it the answer is exact."""
+    docs: list[dict[str, Any]] = [
+        {"words": ["same", "words"], "kind": None, "tier": None, "dedupe": None,
+         "sup": None, "age": float(i), "task": False, "evict": 99, "reput": 99}
+        for i in range(12)
+    ]
+    cache, recall, memory = _fold(docs, T0)
+    scoring = Scoring(recency_weight=0.25)
+    exact = search(recall.index, memory, cache, "same", 3, {}, scoring=scoring, now=T0,
+                   first_n=1)
+    assert all("rerank_bounded" not in h.match_reasons for h in exact)
+    monkeypatch.setattr(memory_rank, "MAX_RERANK", 4)
+    got = search(recall.index, memory, cache, "same", 3, {}, scoring=scoring, now=T0,
+                 first_n=1)
+    assert len(got) == 3 and all("rerank_bounded" in h.match_reasons for h in got)
+    assert [h.score for h in got] == sorted((h.score for h in got), reverse=True)
+    monkeypatch.setattr(memory_rank, "MAX_RERANK", 1000)
+    assert [h.cache_key for h in search(recall.index, memory, cache, "same", 3, {},
+                                        scoring=scoring, now=T0, first_n=1)] \
+        == [h.cache_key for h in exact]
