@@ -50,6 +50,8 @@ class PutBudget:
     """What one put call may still hash (the bound is read when it is made)."""
 
     hash_bytes: int = attrs.field(factory=lambda: MAX_PUT_HASH_BYTES)
+    dirs: dict[str, str | None] = attrs.field(factory=dict)
+    """Directories resolved so far in this put call (:func:`freshness.stat_file`)."""
 
 
 def fingerprint(root: Path, paths: Iterable[Any], budget: PutBudget) -> dict[str, Any] | None:
@@ -71,7 +73,7 @@ def fingerprint(root: Path, paths: Iterable[Any], budget: PutBudget) -> dict[str
             complete = False
             break
         seen.add(p)
-        found = stat_file(root, p)
+        found = stat_file(root, p, budget.dirs)
         if found is None:
             continue
         full, st = found

@@ -142,6 +142,7 @@ def stat_file(
 
 
 _FULL_WAY = object()
+_GONE, _OUTSIDE = "\x00gone", "\x00outside"  # cached verdicts on a missing directory
 
 
 def _stat_in_dir(
@@ -153,10 +154,16 @@ def _stat_in_dir(
     real = dirs.get(parent, "")
     if real == "":
         real = _real_dir(parent)
+        if real is None and not os.path.isdir(parent):  # no such directory (or not one):
+            # where it would be, with the existing part of it resolved, says inside or not
+            where = inside(root, parent)
+            real = _GONE if where is not None else _OUTSIDE
         dirs[parent] = real
     if real is None:
         return _FULL_WAY
-    if not _under(root, real):
+    if real == _GONE:  # the file cannot exist: missing, nothing to stat
+        return joined, None
+    if real == _OUTSIDE or not _under(root, real):
         return None
     full = os.path.join(real, name)
     try:

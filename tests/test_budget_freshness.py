@@ -403,3 +403,22 @@ def test_cli_recall_budget_and_fresh_only(project: Path) -> None:
     assert "[stale]" in r.stdout
     r = cli("store", "get", "--root", str(project), "--key", small, "--json")
     assert json.loads(r.stdout)["freshness"]["state"] == "unknown"
+
+
+def test_a_files_directory_gone_or_moved_out_of_the_root(project: Path, tmp_path: Path) -> None:
+    """A parent directory deleted: missing. Replaced by a symlink out of the root whose
+    target lacks it: changed (the existing part of the path leads out), never read."""
+    deep = project / "x" / "y"
+    deep.mkdir(parents=True)
+    (deep / "a.py").write_text("deep\n")
+    with ContextStore.open(project) as store:
+        store.put({"target": "t", "summary": "auth deep", "paths": ["x/y/a.py"]})
+        assert freshness_of(store)["state"] == "fresh"
+        (project / "x").rename(project / "x-old")
+        assert freshness_of(store) == {"state": "stale", "changed_paths": [],
+                                       "missing_paths": ["x/y/a.py"]}
+        outside = tmp_path / "elsewhere"
+        outside.mkdir()
+        (project / "x").symlink_to(outside, target_is_directory=True)
+        assert freshness_of(store) == {"state": "stale", "changed_paths": ["x/y/a.py"],
+                                       "missing_paths": []}
