@@ -248,6 +248,8 @@ def search(
 
 def _with_memory(hit: RecallHit, info: MemoryInfo, sup: Supersession | None,
                  reasons: tuple[str, ...]) -> RecallHit:
+    if info is NO_INFO and sup is None and not reasons:
+        return hit  # a packet without memory fields: the engine's hit as it is (no copy)
     more = reasons + (("superseded",) if sup is not None else ())
     return attrs.evolve(
         hit,

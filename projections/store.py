@@ -44,6 +44,7 @@ from .answers import (
 from .cache import CacheState, EntryRef, key_prefix
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
+from .freshness import UNKNOWN_FRESHNESS, CheckBudget, Freshness, check
 from .packet import (
     cache_key_of,
     canonical_bytes,
@@ -515,20 +516,21 @@ class ContextStore:
         if ref is None or ref.created_at <= self._live_after():
             entry = None
         else:
-            entry = self._entry(ref)
+            fresh = None
             if self.files_root is not None:
                 fstate = self.runner.state(fingerprints_view.NAME)
-                entry = attrs.evolve(entry, freshness=self._freshness(
-                    fstate, [ref.cache_key])[ref.cache_key])
+                fresh = self._freshness(fstate, [ref.cache_key])[ref.cache_key]
+            entry = self._entry(ref, fresh)
         self._check_mapped()
         return entry
 
-    def _entry(self, ref: EntryRef) -> CacheEntry:
+    def _entry(self, ref: EntryRef, freshness: Freshness | None = None) -> CacheEntry:
         packet, raw_meta = self._logged_packet(ref)
         meta = dict(raw_meta) if isinstance(raw_meta, dict) else {}
         meta.setdefault("seq", ref.seq)
         meta.setdefault("bytes", ref.nbytes)
-        return CacheEntry(ref.cache_key, ref.target, int(ref.created_at), packet, meta)
+        return CacheEntry(ref.cache_key, ref.target, int(ref.created_at), packet, meta,
+                          freshness)
 
     def _logged_packet(self, ref: EntryRef) -> tuple[dict[str, Any], Any]:
         """``(packet, metadata)`` of the entry's ``cache.put``, authenticated.
@@ -709,14 +711,14 @@ class ContextStore:
 
     def _freshness(self, fstate: Any, keys: Iterable[str]) -> dict[str, Any]:
         """cache_key -> :class:`Freshness` for ``keys`` in order, on one query's budget."""
-        from .freshness import CheckBudget, check
-
         assert self.files_root is not None
+        recs = [(key, fstate.get(key)) for key in keys]
+        if all(rec is None for _key, rec in recs):  # nothing fingerprinted: nothing to check
+            return dict.fromkeys(keys, UNKNOWN_FRESHNESS)
         root = os.fspath(self.files_root)
         budget = CheckBudget()
         out = {}
-        for key in keys:
-            rec = fstate.get(key)
+        for key, rec in recs:
             files, complete = rec if rec is not None else (None, True)
             out[key] = check(root, files, complete, budget)
         return out
