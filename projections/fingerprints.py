@@ -52,6 +52,10 @@ class PutBudget:
     hash_bytes: int = attrs.field(factory=lambda: MAX_PUT_HASH_BYTES)
     dirs: dict[str, str | None] = attrs.field(factory=dict)
     """Directories resolved so far in this put call (:func:`freshness.stat_file`)."""
+    hashed: dict[str, tuple[bytes, int, int]] = attrs.field(factory=dict)
+    """Files hashed so far in this put call: resolved path -> (digest, size, mtime_ns).
+    Many packets of one batch name the same file; it is hashed once, and reused
+    while its size and mtime are what they were."""
 
 
 def fingerprint(root: Path, paths: Iterable[Any], budget: PutBudget) -> dict[str, Any] | None:
@@ -79,14 +83,17 @@ def fingerprint(root: Path, paths: Iterable[Any], budget: PutBudget) -> dict[str
         full, st = found
         if st is None or not stat.S_ISREG(st.st_mode):
             continue
-        if st.st_size > budget.hash_bytes:
-            complete = False
-            continue
-        got = hash_file(full, budget.hash_bytes)
-        if got is None:
-            continue
+        got = budget.hashed.get(full)
+        if got is None or got[1:] != (st.st_size, st.st_mtime_ns):
+            if st.st_size > budget.hash_bytes:
+                complete = False
+                continue
+            got = hash_file(full, budget.hash_bytes)
+            if got is None:
+                continue
+            budget.hash_bytes -= got[1]
+            budget.hashed[full] = got
         digest, size, mtime_ns = got
-        budget.hash_bytes -= size
         files.append([p, digest, size, mtime_ns])
     if not files:
         return None

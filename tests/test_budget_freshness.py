@@ -422,3 +422,19 @@ def test_a_files_directory_gone_or_moved_out_of_the_root(project: Path, tmp_path
         (project / "x").symlink_to(outside, target_is_directory=True)
         assert freshness_of(store) == {"state": "stale", "changed_paths": ["x/y/a.py"],
                                        "missing_paths": []}
+
+
+def test_a_file_named_by_many_packets_of_one_put_call_is_hashed_once(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[Any] = []
+    monkeypatch.setattr(fp, "hash_file", recording(fp.hash_file, opened))
+    with ContextStore.open(project) as store:
+        store.put_many([{"target": "t", "summary": f"auth {i}", "paths": ["src/a.py"]}
+                        for i in range(5)])
+        assert [Path(o) for o in opened] == [project / "src" / "a.py"]
+        states = {h.freshness.state for h in store.recall("auth", limit=10)
+                  if h.freshness is not None}
+        assert states == {"fresh"}
+        store.put({"target": "t", "summary": "auth again", "paths": ["src/a.py"]})
+        assert len(opened) == 2  # another call hashes it again
