@@ -64,7 +64,7 @@ def calibration() -> None:
 def _open(ctx: Ctx, *, write: bool, window: int | None = None) -> Calibration:
     """The agent home's calibration (opened lazily: a refused sample creates nothing),
     configured as a store there would be: the agent's config.toml, then the project's."""
-    from projections.store import open_layout
+    from projections.storedir import open_layout
 
     layout, cfg = open_layout(ctx.root, storage_scope=ctx.storage_scope)
     return ctx.managed(Calibration(layout.home, readonly=not write, sync=cfg.sync,

@@ -27,7 +27,7 @@ def init(ctx: Ctx) -> None:
     An existing store is left as is. Only init creates a store, so a mistyped
     --root elsewhere fails instead of silently starting an empty one.
     """
-    from projections.store import init_layout  # here: verify never needs it
+    from projections.storedir import init_layout  # here: verify never needs it
 
     lay = ctx.layout
     created = init_layout(lay)

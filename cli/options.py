@@ -72,7 +72,7 @@ class Ctx:
     def layout(self) -> Layout:
         """Which store is in force for the root, and why (project or agent scope)."""
         if self._layout is None:
-            from projections.store import open_layout  # config files are read here, once
+            from projections.storedir import open_layout  # config files are read here, once
 
             self._layout = open_layout(self.root, storage_scope=self.storage_scope)[0]
         return self._layout
@@ -96,7 +96,7 @@ class Ctx:
 
     def require_store(self) -> None:
         """Fail with one clear line unless ``ctxledger init`` has run at this root."""
-        from projections.store import require_store
+        from projections.storedir import require_store
 
         require_store(self.layout)
 

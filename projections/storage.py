@@ -100,7 +100,8 @@ def storage_report(
     ``views`` are the project's views, loaded as a reader would load them;
     empty when the store does not exist yet.
     """
-    from .store import ContextStore, open_layout, store_exists
+    from .store import ContextStore
+    from .storedir import open_layout, store_exists
 
     layout, _cfg = open_layout(root, home=home, storage_scope=storage_scope)
     logs: dict[str, Any] = {}

@@ -8,9 +8,8 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import attrs
 import blake3
 import cbor2
 
@@ -44,7 +43,7 @@ from .answers import (
 from .cache import CacheState, EntryRef, key_prefix
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
-from .freshness import UNKNOWN_FRESHNESS, CheckBudget, Freshness, check
+from .freshness import Freshness
 from .packet import (
     cache_key_of,
     canonical_bytes,
@@ -53,19 +52,22 @@ from .packet import (
     verbatim_packet,
 )
 from .runner import Progress, Projection, Runner, State, fold, paused_gc
+from .scope import STORE_DIR as STORE_DIR
 from .scope import Layout
+from .store_artifacts import Artifacts
+from .store_recall import RECALL_NAME, Recalling
+from .storedir import GITIGNORE as GITIGNORE  # (re-exported: older code imports them here)
+from .storedir import init_layout, open_layout, require_store
+from .storedir import init_store as init_store
+from .storedir import store_dir as store_dir
+from .storedir import store_exists as store_exists
 from .task_api import Agent, Tasks
 
 if TYPE_CHECKING:
-    from .artifacts import ArtifactDir, ArtifactRef, GcResult
-    from .budget import RecallAnswer
-    from .calibration import Calibration, Profile
-    from .recall import RecallHit
+    from .calibration import Calibration
     from .recall_view import RecallState
 
-STORE_DIR = ".ctxledger"
 CACHE = Projection(cache.NAME, cache.VERSION, CacheState, CacheState.from_bytes)
-RECALL_NAME = "recall"
 
 
 def _recall_new() -> RecallState:
@@ -108,99 +110,7 @@ def _packet_matches(ev: Event, key: bytes) -> bool:
         return False
 
 
-def store_dir(root: str | os.PathLike[str]) -> Path:
-    """``root/.ctxledger``: where a project-scope store lives (:func:`open_layout` says
-    which store is in force for a root)."""
-    return Path(root) / STORE_DIR
-
-
-GITIGNORE = b"# ctxledger: a store is private and rebuildable; never commit it\n*\n"
-
-
-def open_layout(
-    root: str | os.PathLike[str],
-    *,
-    home: Path | None = None,
-    storage_scope: str | None = None,
-    config: StoreConfig | None = None,
-) -> tuple[Layout, StoreConfig]:
-    """The layout in force for ``root`` and the settings that apply to it.
-
-    Settings come from the agent home's config.toml, overridden key by key by
-    the project's ``.ctxledger/config.toml`` (not read for a broad or
-    unresolvable root), unless ``config`` is given. ``storage_scope`` (the
-    command line's ``--storage-scope``) beats both.
-    """
-    first = scope.resolve(root, home=home, flag=storage_scope)
-    if config is None:
-        cfg, source = StoreConfig.load_layered(first.config_paths)
-    else:
-        cfg, source = config, None
-    if first.fallback or storage_scope is not None or cfg.storage_scope is None:
-        return first, cfg
-    layout = scope.resolve(
-        root, home=first.home, setting=cfg.storage_scope, setting_from=source
-    )
-    return layout, cfg
-
-
-def init_layout(layout: Layout, *, with_log: bool = True) -> bool:
-    """Create the directories ``layout`` needs where missing; True if its log is new.
-
-    Every directory made here is 0700, whatever the umask; existing ones are
-    left as they are. A store another user owns is refused (``NotOwnerError``)
-    before anything is created in it. The store directory gets a ``.gitignore``
-    of ``*``, so it is never committed by accident. New entries are synced,
-    best effort. Nothing is ever created at a broad root: such a layout is
-    agent scope, and only the agent home is touched.
-    """
-    base = layout.store_dir
-    private.check_owner(base)
-    new = not layout.log_dir.is_dir()
-    dirs = [layout.checkpoints_dir]
-    if with_log:
-        dirs.insert(0, layout.log_dir)
-    if layout.scope == "project":
-        dirs.append(layout.artifacts_dir)
-    try:
-        for d in dirs:
-            private.make_dirs(d, sync=True)
-        _write_gitignore(base / ".gitignore")
-    except OSError as e:
-        raise LedgerIOError(f"cannot create {base}: {e.strerror or e}") from e
-    return new
-
-
-def store_exists(layout: Layout) -> bool:
-    """Has ``init`` (or a writer) made the store this layout names?"""
-    return layout.log_dir.is_dir() and layout.marker.is_dir()
-
-
-def require_store(layout: Layout) -> None:
-    """Raise :class:`StoreNotFoundError` unless :func:`store_exists`; it names the
-    project's own directory in agent scope, where the shared log may well exist."""
-    if not store_exists(layout):
-        raise StoreNotFoundError(layout.store_dir if layout.scope == "project" else layout.marker)
-
-
-def _write_gitignore(path: Path) -> None:
-    try:
-        fd = private.create_file(path, os.O_WRONLY | os.O_EXCL | os.O_NOFOLLOW)
-    except FileExistsError:
-        return  # the user's own rules stay as they are
-    try:
-        os.write(fd, GITIGNORE)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def init_store(root: str | os.PathLike[str], **kw: Any) -> bool:
-    """Create the store in force for ``root`` (:func:`open_layout`; ``kw`` as there)."""
-    return init_layout(open_layout(root, **kw)[0])
-
-
-class ContextStore:
+class ContextStore(Recalling, Artifacts):
     """Open with :meth:`open`; close (or use as a context manager) to checkpoint.
 
     ``readonly`` stores never write anything (no checkpoints either): the CLI's
@@ -619,142 +529,6 @@ class ContextStore:
         end = offset + len(out)
         return EntryPage(out, total, end if end < total else None)
 
-    def recall(
-        self,
-        query: str,
-        limit: int = 8,
-        since: float | None = None,
-        until: float | None = None,
-        target: str | None = None,
-        task_id: str | None = None,
-        scope: str = "global",
-        packet_types: Iterable[str] = (),
-        path_filters: Iterable[str] = (),
-        symbol_filters: Iterable[str] = (),
-        as_of: int | float | None = None,
-        provider: str | None = None,
-        model: str | None = None,
-        fresh_only: bool = False,
-        include_superseded: bool = False,
-        mode: str = "auto",
-        kinds: Iterable[str] = (),
-    ) -> builtins.list[RecallHit]:
-        """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md).
-
-        Memory fields (docs/recall.md, "Memory and scoring"): superseded entries are
-        left out unless ``include_superseded``; ``kinds`` keeps only those memory
-        kinds; ``mode`` (auto, conceptual, telemetry) says which source tier the
-        score prefers; a recency term favours newer entries.
-
-        ``provider`` and ``model`` (default: ``[recall]`` in config.toml) name the
-        calibration profile whose capacity multiplier scales each hit's
-        ``budget_estimate`` (docs/calibration.md); without them the agent log is
-        never opened. Each hit carries its ``freshness`` when the store has a
-        project root on disk; ``fresh_only`` drops ``stale`` hits (docs/recall.md,
-        "Freshness"). :meth:`recall_answer` adds a token budget.
-        """
-        capacity = self._recall_capacity(provider, model)
-        if as_of is None:
-            # a cold process: the views' checkpoints are checksummed on another core
-            # while this thread imports numpy and the recall index
-            self.runner.prefetch([cache.NAME, RECALL_NAME, memory_view.NAME])
-        from . import memory_rank, recall_view  # noqa: F401
-        fresh = self.files_root is not None
-        states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME, memory_view.NAME] + (
-            [fingerprints_view.NAME] if fresh else []))
-        rstate = cast("RecallState", states[1])
-        cstate, mstate = states[0], states[2]
-        assert isinstance(cstate, CacheState) and isinstance(mstate, memory_view.MemoryState)
-        now = self.clock()
-        hits = memory_rank.search(
-            rstate.index, mstate, cstate, query, limit,
-            dict(
-                since=since,
-                until=until,
-                target=target,
-                task_id=task_id,
-                scope=scope,
-                packet_types=tuple(packet_types),
-                path_filters=tuple(path_filters),
-                symbol_filters=tuple(symbol_filters),
-                live_after=now - self.config.ttl_seconds,
-            ),
-            scoring=memory_rank.Scoring(self.config.recall_tier_bonus,
-                                        self.config.recall_tier_penalty,
-                                        self.config.recall_recency_weight),
-            mode=mode, kinds=tuple(kinds), include_superseded=include_superseded, now=now,
-        )
-        found: dict[str, Any] = {}
-        if fresh:  # checked in rank order (one budget per query), before any snippet
-            found = self._freshness(states[3], [h.cache_key for h in hits])
-            if fresh_only:
-                hits = [h for h in hits if found[h.cache_key].state != "stale"]
-        out = [self._with_snippet(h, cstate, capacity, found.get(h.cache_key)) for h in hits]
-        self._check_mapped()
-        return out
-
-    def recall_answer(
-        self, query: str, *, budget_tokens: int | None = None, **kw: Any
-    ) -> RecallAnswer:
-        """:meth:`recall` (``kw`` as there), then, with ``budget_tokens``, the ranked hits
-        that fit in that many tokens and a report of the ones that did not
-        (:mod:`projections.budget`, docs/recall.md "Budgets")."""
-        from .budget import RecallAnswer, check_budget, fit
-
-        if budget_tokens is not None:
-            check_budget(budget_tokens)
-        hits = self.recall(query, **kw)
-        if budget_tokens is None:
-            return RecallAnswer(tuple(hits))
-        kept, report = fit(hits, budget_tokens)
-        return RecallAnswer(tuple(kept), report)
-
-    def _freshness(self, fstate: Any, keys: Iterable[str]) -> dict[str, Any]:
-        """cache_key -> :class:`Freshness` for ``keys`` in order, on one query's budget."""
-        assert self.files_root is not None
-        recs = [(key, fstate.get(key)) for key in keys]
-        if all(rec is None for _key, rec in recs):  # nothing fingerprinted: nothing to check
-            return dict.fromkeys(keys, UNKNOWN_FRESHNESS)
-        root = os.fspath(self.files_root)
-        budget = CheckBudget()
-        out = {}
-        for key, rec in recs:
-            files, complete = rec if rec is not None else (None, True)
-            out[key] = check(root, files, complete, budget)
-        return out
-
-    def _recall_capacity(self, provider: str | None, model: str | None) -> Profile | None:
-        """The chars-v1 profile for recall's budgets, or None (uncalibrated)."""
-        provider = provider if provider is not None else self.config.recall_provider
-        model = model if model is not None else self.config.recall_model
-        if provider is None and model is None:
-            return None
-        if provider is None or model is None:
-            raise ValueError("calibrated recall needs both a provider and a model")
-        profile = self.calibration.profile(provider, model)
-        return profile if profile.exact is not None else None
-
-    def _with_snippet(self, hit: RecallHit, cstate: CacheState,
-                      profile: Profile | None = None, freshness: Any = None) -> RecallHit:
-        """The hit with its snippet, calibrated budget estimate and ``freshness`` (one copy).
-
-        The index keeps no payload text; the snippet window comes from the logged body.
-
-        The body is read and authenticated whole (its content address covers all
-        of it); the snippet then reads its texts lazily and only up to its scan
-        limit, so a huge packet costs about its bytes' hash, not a walk of its text.
-        """
-        from .recall import budget_estimate, make_snippet, packet_texts
-
-        budget = budget_estimate(hit.budget_estimate["est_bytes"], profile)
-        ref = cstate.get(hit.cache_key)
-        if ref is None:
-            return attrs.evolve(hit, budget_estimate=budget, freshness=freshness)
-        packet, _meta = self._logged_packet(ref)
-        return attrs.evolve(hit, snippet=make_snippet(packet_texts(packet),
-                                                      list(hit.matched_tokens)),
-                            budget_estimate=budget, freshness=freshness)
-
     def stats(self) -> dict[str, Any]:
         self._sync()
         self.runner.load_all()
@@ -791,55 +565,6 @@ class ContextStore:
             "project_id": self.project_id,
             "warnings": private.mode_warnings(self.path),
         }
-
-    # --- artifacts ------------------------------------------------------------------
-    # A cache beside the log, not a change to the store: a readonly store writes
-    # and collects artifacts too (``store get`` opens readonly). See artifacts.py.
-
-    @property
-    def artifacts_dir(self) -> Path:
-        """This store's artifact directory: every artifact path comes from here
-        (``<store>/artifacts/`` in project scope, ``<agent home>/artifacts/<project id>/``
-        in agent scope)."""
-        return self.layout.artifacts_dir
-
-    @property
-    def artifacts(self) -> ArtifactDir:
-        from .artifacts import ArtifactDir  # (hashlib loads OpenSSL: only when used)
-
-        return ArtifactDir(self.artifacts_dir)
-
-    def write_artifact(self, key: str) -> ArtifactRef:
-        """Store the live entry ``key`` (or a unique prefix) as an artifact: the document
-        ``store get --json`` prints, named by its sha256."""
-        full = self.resolve_key(key)
-        entry = self.get(full)
-        if entry is None:  # expired since it was resolved
-            raise UnknownKeyError(full)
-        from .artifacts import entry_document
-
-        return self.artifacts.write(entry_document(entry))
-
-    def artifact_gc(self, dry_run: bool = False) -> GcResult:
-        """Remove artifacts whose entry is not live here (pruned or expired), and damaged ones."""
-        return self.artifacts.gc(self._live_key_now(), dry_run=dry_run)
-
-    def artifact_stats(self) -> dict[str, Any]:
-        """Count, bytes, orphans and damaged artifacts (for storage diagnostics)."""
-        return self.artifacts.stats(self._live_key_now())
-
-    def _live_key_now(self) -> Callable[[str], bool]:
-        """``is_live(cache_key)`` for the cache as it is now (synced once, here)."""
-        self._sync()
-        live_after = self._live_after()
-        state = self._cache()
-
-        def is_live(key: str) -> bool:
-            ref = state.get(key)
-            self._check_mapped()  # a gc decision is never made from a rewritten view
-            return ref is not None and ref.created_at > live_after
-
-        return is_live
 
     # --- maintenance ----------------------------------------------------------------
 
