@@ -86,7 +86,8 @@ def stat_file(
     root: str | Path, path: str, dirs: dict[str, str | None] | None = None
 ) -> tuple[str, os.stat_result | None] | None:
     """``(resolved path, its stat or None when it is gone)`` for ``path`` if it resolves
-    inside ``root``; None if it leads out of it. The one stat a freshness check
+    inside ``root``; None if it leads out of it or cannot be resolved (a name too
+    long, a directory that may not be searched). The one stat a freshness check
     spends per file (tests count calls to it).
 
     ``dirs``: directories already resolved in this query (one query's hits
@@ -139,6 +140,8 @@ def stat_file(
         return full, os.lstat(full)
     except (FileNotFoundError, NotADirectoryError):
         return full, None
+    except OSError:  # a name too long, a directory we may not search: unresolvable
+        return None
 
 
 _FULL_WAY = object()
