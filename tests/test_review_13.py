@@ -37,3 +37,60 @@ def test_a_path_too_long_for_the_system_is_no_crash_at_put(project: Path) -> Non
 def test_stat_file_says_unresolvable_rather_than_raising(project: Path) -> None:
     assert fr.stat_file(str(project), "y" * 300) is None
     assert fr.stat_file(str(project), "y" * 300, {}) is None
+
+
+def reads_of(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every file whose bytes are read with ``os.read``, by the real path of its fd."""
+    seen: list[str] = []
+    real_read = os.read
+
+    def read(fd: int, n: int) -> bytes:
+        seen.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", read)
+    return seen
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_directory_swapped_for_a_symlink_mid_query_is_never_read_through(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one query's hits share its directory cache: the second hit's file is looked up
+    # under the directory as the first hit resolved it. Swapped for a symlink out of
+    # the root in between, the lookup goes through the symlink; hash_file's
+    # O_NOFOLLOW guards only the last component, so it read the file outside.
+    (project / "src" / "b.py").write_text("def b(): pass\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "b.py").write_text("SECRET=123456\n")  # same size, other bytes
+    assert (outside / "b.py").stat().st_size == (project / "src" / "b.py").stat().st_size
+    root = str(project)
+    row = fr.hash_file(str(project / "src" / "b.py"), 1 << 20)
+    assert row is not None
+    files: list[Any] = [["src/b.py", row[0], row[1], row[2] - 1]]  # mtime moved: re-hash
+    budget = fr.CheckBudget()
+    assert fr.check(root, [["src/a.py", b"\0" * 32, 0, 0]], True, budget).state == "stale"
+    (project / "src").rename(project / "src-old")
+    (project / "src").symlink_to(outside, target_is_directory=True)
+    read = reads_of(monkeypatch)
+    got = fr.check(root, files, True, budget)
+    assert not [p for p in read if not p.startswith(root + os.sep)], read
+    assert got.state == "stale" and got.changed_paths == ("src/b.py",)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_hash_file_reads_only_the_path_it_was_given(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the resolved path handed to hash_file must be the file opened: a parent swapped
+    # for a symlink between resolving and opening is refused, not followed
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.py").write_text("def a(): pass\n")
+    resolved = str(project / "src" / "a.py")
+    (project / "src").rename(project / "src-old")
+    (project / "src").symlink_to(outside, target_is_directory=True)
+    read = reads_of(monkeypatch)
+    assert fr.hash_file(resolved, 1 << 20) is None
+    assert read == []
