@@ -94,3 +94,34 @@ def test_hash_file_reads_only_the_path_it_was_given(
     read = reads_of(monkeypatch)
     assert fr.hash_file(resolved, 1 << 20) is None
     assert read == []
+
+
+def test_a_big_dedupe_group_is_walked_once_per_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # judging each candidate walked its whole dedupe group again: a telemetry key
+    # re-put with new content every minute made one recall cost candidates x members
+    # (8,000 members: 4 s a query), work the group's size left unbounded
+    from eventstore import MemoryLog
+    from projections.memory import MemoryState
+
+    calls: list[str] = []
+    real = MemoryState.current
+
+    def counted(self: MemoryState, dedupe_key: str, live_after: float | None) -> str | None:
+        calls.append(dedupe_key)
+        return real(self, dedupe_key, live_after)
+
+    with ContextStore.open(tmp_path, log=MemoryLog()) as store:
+        keys = [r.cache_key for r in store.put_many([
+            {"target": "t", "summary": f"build status {i}", "dedupe_key": "status"}
+            for i in range(300)])]
+        monkeypatch.setattr(MemoryState, "current", counted)
+        hits = store.recall("build status")
+        assert [h.cache_key for h in hits] == [keys[-1]]
+        assert len(calls) <= 2, len(calls)
+        calls.clear()
+        hits = store.recall("build status", include_superseded=True, limit=300)
+        assert len(hits) == 300
+        assert {h.superseded_by for h in hits} == {keys[-1], None}
+        assert len(calls) <= 2, len(calls)
