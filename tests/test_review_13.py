@@ -125,3 +125,23 @@ def test_a_big_dedupe_group_is_walked_once_per_query(
         assert len(hits) == 300
         assert {h.superseded_by for h in hits} == {keys[-1], None}
         assert len(calls) <= 2, len(calls)
+
+
+def test_fingerprints_follow_the_caches_rules_for_puts_and_evictions(project: Path) -> None:
+    # the fingerprints view dropped a key's fingerprints on any cache.put or
+    # cache.evicted naming it, even ones the cache refuses (no reason, no target):
+    # the cache still served the entry, its freshness silently became unknown
+    from eventstore import Event, MemoryLog
+    from projections.cache import EVICTED, PUT
+
+    log = MemoryLog()
+    with ContextStore.open(project, log=log) as store:
+        key = store.put({"target": "t", "summary": "auth", "paths": ["src/a.py"]}).cache_key
+        store.ledger.append([Event(EVICTED, key, {"why": "no reason given"}),
+                             Event(PUT, key, {"bytes": 1, "packet": {"summary": "no target"}})])
+    with ContextStore.open(project, log=log) as store:
+        entry = store.get(key)
+        assert entry is not None  # the cache refused both events
+        assert entry.freshness is not None and entry.freshness.state == "fresh"
+        store.rebuild()
+        assert [h.freshness.state for h in store.recall("auth") if h.freshness] == ["fresh"]
