@@ -33,7 +33,7 @@ import cbor2
 
 from eventstore import Event
 
-from .cache import EVICTED, FILES, PUT
+from .cache import EVICTED, FILES, PUT, parse_evict, parse_put
 from .freshness import hash_file, stat_file
 
 NAME = "fingerprints"
@@ -130,14 +130,22 @@ class FingerprintState:
         self.seq = event.seq
         kind = event.kind
         if kind == PUT or kind == EVICTED:
-            if self.files and isinstance(event.key, str):
-                self.files.pop(event.key, None)
+            # the cache's rules: a put or eviction it refuses changes nothing here either
+            parsed = parse_put(event) if kind == PUT else parse_evict(event)
+            if self.files and parsed is not None:
+                self.files.pop(parsed[0].hex(), None)
         elif kind == FILES:
             data = event.data
-            if not isinstance(event.key, str) or files_error(data) is not None:
+            key = event.key
+            if type(key) is not str or len(key) != 64 or files_error(data) is not None:
                 self.skipped_bad += 1
                 return
-            self.files[event.key] = (data["files"], data["complete"])
+            try:
+                key = bytes.fromhex(key).hex()  # as the cache keys it (lowercase)
+            except ValueError:
+                self.skipped_bad += 1
+                return
+            self.files[key] = (data["files"], data["complete"])
 
     def get(self, key: str) -> tuple[list[list[Any]], bool] | None:
         return self.files.get(key)

@@ -86,7 +86,8 @@ def stat_file(
     root: str | Path, path: str, dirs: dict[str, str | None] | None = None
 ) -> tuple[str, os.stat_result | None] | None:
     """``(resolved path, its stat or None when it is gone)`` for ``path`` if it resolves
-    inside ``root``; None if it leads out of it. The one stat a freshness check
+    inside ``root``; None if it leads out of it or cannot be resolved (a name too
+    long, a directory that may not be searched). The one stat a freshness check
     spends per file (tests count calls to it).
 
     ``dirs``: directories already resolved in this query (one query's hits
@@ -139,6 +140,8 @@ def stat_file(
         return full, os.lstat(full)
     except (FileNotFoundError, NotADirectoryError):
         return full, None
+    except OSError:  # a name too long, a directory we may not search: unresolvable
+        return None
 
 
 _FULL_WAY = object()
@@ -206,13 +209,20 @@ def hash_file(path: str | Path, limit: int) -> tuple[bytes, int, int] | None:
 
     Opened without following a final symlink and without blocking (a FIFO put
     in a file's place is never waited on), then checked with ``fstat``: what
-    is read is the file that was checked.
+    is read is the file that was checked. On Linux the opened file's real path
+    must be ``path`` itself (a directory on the way swapped for a symlink since
+    ``path`` was resolved is refused, not read through).
     """
     try:
         fd = os.open(path, OPEN_FLAGS)
     except OSError:
         return None
     try:
+        # O_NOFOLLOW guards only the last component: a parent directory swapped for
+        # a symlink since ``path`` was resolved would lead the open out of the root.
+        # The kernel says what was opened; anything but ``path`` itself is not read.
+        if _O_PATH and os.readlink(f"{_PROC_FD}{fd}") != os.fspath(path):
+            return None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None

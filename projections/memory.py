@@ -202,14 +202,23 @@ class MemoryState:
                 best, out = rank, key
         return out
 
-    def superseded(self, cache_key: str, live_after: float | None) -> Supersession | None:
-        """Why the live entry ``cache_key`` is superseded, or None when it is current."""
+    def superseded(self, cache_key: str, live_after: float | None,
+                   memo: dict[str, str | None] | None = None) -> Supersession | None:
+        """Why the live entry ``cache_key`` is superseded, or None when it is current.
+
+        ``memo``: the current member of each group found so far in this query (same
+        ``live_after``), so that judging many members walks their group once."""
         row = self.rows.get(cache_key)
         if row is None:
             return None
         dk = row.info.dedupe_key
         if dk is not None and len(self.groups[dk]) > 1:
-            cur = self.current(dk, live_after)
+            if memo is None:
+                cur = self.current(dk, live_after)
+            elif dk in memo:
+                cur = memo[dk]
+            else:
+                cur = memo[dk] = self.current(dk, live_after)
             if cur is not None and cur != cache_key:
                 return Supersession(cur)
         if row.info.self_superseded:

@@ -199,6 +199,7 @@ def search(
     tier_max = scoring.tier_bonus if memory.has_tier(prefer) else 0.0
     live_after = engine.get("live_after")
     want = set(kinds)
+    currents: dict[str, str | None] = {}  # dedupe_key -> its current member, this query
 
     def judge_with(skip: Collection[str]) -> Callable[[str, float], Ranked | None]:
         def judge(key: str, base: float) -> Ranked | None:
@@ -207,7 +208,7 @@ def search(
             info = memory.info(key)
             if want and info.memory_kind not in want:
                 return None
-            sup = memory.superseded(key, live_after) if info is not NO_INFO else None
+            sup = memory.superseded(key, live_after, currents) if info is not NO_INFO else None
             if sup is not None and not include_superseded:
                 return None
             ref = cache.get(key)

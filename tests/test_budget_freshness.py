@@ -271,16 +271,18 @@ def test_a_re_put_naming_no_file_drops_the_old_fingerprints() -> None:
     from eventstore.event import build_event
 
     row = [["a.py", b"\0" * 32, 1, 2]]
-    state.apply(build_event("cache.put", "k", {}, 1, 0.0))
-    state.apply(build_event(fp.FILES, "k", {"files": row, "complete": True}, 2, 0.0))
-    assert state.get("k") == (row, True)
+    k = "ab" * 32  # a put the cache takes (the view follows its rules)
+    put = {"bytes": 1, "packet": {"target": "t"}}
+    state.apply(build_event("cache.put", k, put, 1, 0.0))
+    state.apply(build_event(fp.FILES, k, {"files": row, "complete": True}, 2, 0.0))
+    assert state.get(k) == (row, True)
     again = fp.FingerprintState.from_bytes(state.to_bytes())
-    assert again.get("k") == (row, True) and again.seq == 2
-    state.apply(build_event("cache.put", "k", {}, 3, 0.0))
-    assert state.get("k") is None
-    state.apply(build_event(fp.FILES, "k", {"files": [["a.py", b"x", 1, 2]], "complete": True},
+    assert again.get(k) == (row, True) and again.seq == 2
+    state.apply(build_event("cache.put", k, put, 3, 0.0))
+    assert state.get(k) is None
+    state.apply(build_event(fp.FILES, k, {"files": [["a.py", b"x", 1, 2]], "complete": True},
                             4, 0.0))
-    assert state.get("k") is None and state.skipped_bad == 1
+    assert state.get(k) is None and state.skipped_bad == 1
 
 
 def test_fresh_only_drops_stale_hits_and_keeps_unknown(project: Path) -> None:
