@@ -55,6 +55,15 @@ values: st.SearchStrategy[Any] = st.recursive(
     max_leaves=12,
 )
 
+#: Any JSON value (what an MCP answer may hold).
+json_values: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                 max_size=3),
+    max_leaves=8,
+)
+
 #: An event's data: a mapping from strings to values.
 data_maps = st.dictionaries(st.text(max_size=10), values, max_size=5)
 

@@ -26,6 +26,9 @@ from typing import Any, TypeVar, get_args
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import json_values
 
 from cli.core import verify_document
 from cli.main import ctxledger
@@ -190,6 +193,8 @@ def test_every_tool_and_resource_answers_as_the_library_does(root: Path) -> None
             assert t.input_schema["additionalProperties"] is False, t.name
             assert t.output_schema and t.output_schema["type"] == "object", t.name
             assert "$ref" not in json.dumps(t.output_schema), t.name  # inlined
+            merged = mcp_server.merge_type_unions(t.output_schema)
+            assert merged == t.output_schema, t.name  # bare type unions merged
             assert t.annotations.read_only_hint is (t.name in READ_ONLY), t.name
             for p, schema in t.input_schema["properties"].items():
                 assert schema.get("description"), (t.name, p)
@@ -575,27 +580,27 @@ def test_sigterm_closes_the_store_and_exits_0(root: Path) -> None:
     assert checkpoint_seqs(root) == dict.fromkeys(("cache", "recall", "tasks", "handoffs"), last)
 
 
-@needs_mcp
-def test_stdin_eof_closes_the_store_and_stdout_is_only_protocol(root: Path) -> None:
-    """Raw JSON-RPC over the pipes: every stdout line is a protocol message."""
-    close_writes_every_checkpoint(root)
-    msgs = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"}}},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-         "params": {"name": "task_note", "arguments": {"id": RUNNING, "type": "other"}}},
-        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-         "params": {"name": "recall", "arguments": {"query": "parse", "limit": 2}}},
-    ]
+RAW_MESSAGES = [
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+     "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+     "params": {"name": "task_note", "arguments": {"id": RUNNING, "type": "other"}}},
+    {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+     "params": {"name": "recall", "arguments": {"query": "parse", "limit": 2}}},
+]
+
+
+def raw_over_pipes(root: Path) -> tuple[list[str], int, str]:
+    """Each request written once the answer to the one before it was read (a client's way)."""
     p = subprocess.Popen([sys.executable, *server_args(root)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env={**os.environ, **ENV})
     assert p.stdin and p.stdout and p.stderr
     lines: list[str] = []
     try:
-        for m in msgs:
+        for m in RAW_MESSAGES:
             p.stdin.write((json.dumps(m) + "\n").encode())
             p.stdin.flush()
             while "id" in m and not any(f'"id":{m["id"]},' in x for x in lines):
@@ -603,8 +608,26 @@ def test_stdin_eof_closes_the_store_and_stdout_is_only_protocol(root: Path) -> N
         rest, err = p.communicate(timeout=60)  # closes stdin: EOF, the server closes the store
     finally:
         p.kill()
-    lines += rest.decode().splitlines(keepends=True)
-    assert p.returncode == 0, err.decode()
+    return lines + rest.decode().splitlines(keepends=True), p.returncode, err.decode()
+
+
+def raw_from_file(root: Path) -> tuple[list[str], int, str]:
+    """stdin a regular file, stdout a file: not pipes, so the SDK's own transport serves."""
+    with tempfile.TemporaryFile() as fin, tempfile.TemporaryFile() as fout:
+        fin.write("".join(json.dumps(m) + "\n" for m in RAW_MESSAGES).encode())
+        fin.seek(0)
+        p = subprocess.run([sys.executable, *server_args(root)], stdin=fin, stdout=fout,
+                           stderr=subprocess.PIPE, env={**os.environ, **ENV}, timeout=60)
+        fout.seek(0)
+        return fout.read().decode().splitlines(keepends=True), p.returncode, p.stderr.decode()
+
+
+@needs_mcp
+def test_stdin_eof_closes_the_store_and_stdout_is_only_protocol(root: Path) -> None:
+    """Raw JSON-RPC over pipes (the loop transport): every stdout line is a protocol message."""
+    close_writes_every_checkpoint(root)
+    lines, code, err = raw_over_pipes(root)
+    assert code == 0, err
     assert all(x.endswith("\n") and json.loads(x)["jsonrpc"] == "2.0" for x in lines), lines
     answers = {m["id"]: m for m in map(json.loads, lines) if "id" in m}
     assert set(answers) == {1, 2, 3}
@@ -613,7 +636,77 @@ def test_stdin_eof_closes_the_store_and_stdout_is_only_protocol(root: Path) -> N
     assert len(answers[3]["result"]["structuredContent"]["hits"]) == 2
     assert checkpoint_seqs(root) == dict.fromkeys(("cache", "recall", "tasks", "handoffs"),
                                                   note["last_seq"])
-    assert err.decode().startswith("ctxledger mcp: serving ") and "Traceback" not in err.decode()
+    assert err.startswith("ctxledger mcp: serving ") and "Traceback" not in err
+
+
+@needs_mcp
+def test_stdin_from_a_file_is_served_by_the_sdk_transport(root: Path) -> None:
+    """Not a pipe: the SDK's threaded transport. EOF comes at once, so the server may stop
+    before it answers every request (as the SDK does); what it writes is protocol only."""
+    lines, code, err = raw_from_file(root)
+    assert code == 0, err
+    assert all(x.endswith("\n") and json.loads(x)["jsonrpc"] == "2.0" for x in lines), lines
+    answers = {m["id"]: m for m in map(json.loads, lines) if "id" in m}
+    assert 1 in answers and set(answers) <= {1, 2, 3}
+    assert answers[1]["result"]["serverInfo"]["name"] == "ctxledger"
+    assert "Traceback" not in err
+
+
+JSON_TYPES = ["string", "number", "integer", "boolean", "null", "array", "object"]
+
+
+@needs_mcp
+@settings(max_examples=300, deadline=None)
+@given(alts=st.lists(st.sampled_from(JSON_TYPES), min_size=2, max_size=4, unique=True),
+       value=json_values)
+def test_merged_type_unions_accept_exactly_what_any_of_did(alts: list[str], value: Any) -> None:
+    import jsonschema
+
+    union = {"anyOf": [{"type": t} for t in alts], "description": "d"}
+    schema = {"type": "object", "properties": {"f": union, "g": {"type": "array", "items": union}}}
+    merged = mcp_server.merge_type_unions(schema)
+    assert merged["properties"]["f"] == {"type": alts, "description": "d"}
+    for doc in ({"f": value}, {"g": [value, value]}):
+        old = jsonschema.Draft202012Validator(schema).is_valid(doc)
+        assert jsonschema.Draft202012Validator(merged).is_valid(doc) is old, (alts, doc)
+
+
+@needs_mcp
+def test_unions_of_more_than_bare_types_are_left_alone() -> None:
+    for union in ({"anyOf": [{"type": "string", "minLength": 1}, {"type": "null"}]},
+                  {"anyOf": [{"type": "string"}], "type": "string"},
+                  {"anyOf": [{"type": "string"}, {"$ref": "#/x"}]}):
+        schema = {"properties": {"f": union}}
+        assert mcp_server.merge_type_unions(schema) == schema
+
+
+LOOP_STDIO_CHILD = """
+import asyncio, os, sys
+from ctxledger_mcp.stdio import loop_stdio
+
+async def main():
+    async with loop_stdio() as pipes:
+        assert pipes is not None, "pipes expected"
+        reader, writer = pipes
+        print("stray print")  # a library writing to stdout while serving
+        os.write(1, b"stray write\\n")
+        async for line in reader:
+            await writer.write("echo " + line)
+            await writer.flush()
+    print("after: stdout again")
+
+asyncio.run(main())
+"""
+
+
+@needs_mcp
+def test_loop_stdio_owns_the_wire_and_gives_it_back() -> None:
+    """Over pipes, stray output while serving goes to stderr; stdout is restored after."""
+    p = subprocess.run([sys.executable, "-c", LOOP_STDIO_CHILD], input=b"one\n\xff two\n",
+                       capture_output=True, env={**os.environ, **ENV}, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode() == "echo one\necho \ufffd two\nafter: stdout again\n"
+    assert p.stderr.decode().split() == ["stray", "print", "stray", "write"]
 
 
 @needs_mcp
