@@ -31,6 +31,10 @@ task, unknown, every-doc), ``limit=8``, each class's ``target`` / ``task_id`` /
   in this process (one warm-up call): what the server does for one call.
 * **the cold CLI** -- ``ctxledger recall --root R -q Q ... --json``, a new
   process per query (fewer rounds: ``--cli-reps``).
+* with ``--baseline DIR``, an info row: the same MCP calls to a second server
+  whose code is the checkout DIR (``python -m cli`` there, e.g. a ``git
+  worktree`` of an older commit), timed in the same rounds, block after block:
+  a before/after of a server change in one run.
 
 MCP and the library answer the whole query set in turn, ``--reps`` rounds;
 per query the median over rounds, then p50/p95 over all queries and per
@@ -136,6 +140,13 @@ def params(prefix: list[str], env: dict[str, str], root: str) -> StdioServerPara
                                  env=env)
 
 
+def baseline_params(tree: str, root: str) -> StdioServerParameters:
+    """A server run from the checkout ``tree`` (its code first on the path)."""
+    env = {**os.environ, "PYTHONPATH": tree}
+    return StdioServerParameters(command=sys.executable, args=["-m", "cli", "mcp", "--root", root],
+                                 env=env, cwd=tree)
+
+
 async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
     t = time.perf_counter()
     await fn()
@@ -154,10 +165,11 @@ async def spawns(p: StdioServerParameters, n: int, warm: dict[str, Any]) -> dict
 
 
 async def rounds(p: StdioServerParameters, store: ContextStore, queries: list[dict[str, Any]],
-                 reps: int) -> dict[str, list[float]]:
-    """Per query, the median seconds over ``reps`` rounds: MCP, library, and the protocol floor."""
+                 reps: int, base: StdioServerParameters | None = None) -> dict[str, list[float]]:
+    """Per query, the median seconds over ``reps`` rounds: MCP, library, and the protocol floor
+    (and MCP to the ``base`` server, when given)."""
     samples: dict[str, list[list[float]]] = {n: [[] for _ in queries]
-                                             for n in ("mcp", "mcp_novalidate", "lib")}
+                                             for n in ("mcp", "mcp_novalidate", "lib", "base")}
     floor: list[float] = []
     clock = time.perf_counter
     checked = ClientSession.validate_tool_result
@@ -165,8 +177,9 @@ async def rounds(p: StdioServerParameters, store: ContextStore, queries: list[di
     async def unchecked(self: ClientSession, name: str, result: Any) -> None:
         return None
 
-    async with Client(p) as client:
+    async with Client(p) as client, Client(base or p) as other:
         await client.call_tool("recall", mcp_args(queries[0]))  # warm-up, both sides
+        await other.call_tool("recall", mcp_args(queries[0]))
         store.recall(queries[0]["query"], limit=LIMIT, **queries[0]["kwargs"])
         for q in queries:  # same answers, or the timings compare different work
             got = await client.call_tool("recall", mcp_args(q))
@@ -181,6 +194,12 @@ async def rounds(p: StdioServerParameters, store: ContextStore, queries: list[di
                 t = clock()
                 await client.call_tool("recall", args)
                 samples["mcp"][i].append(clock() - t)
+            gc.collect()
+            for i, q in enumerate(queries if base else []):
+                args = mcp_args(q)
+                t = clock()
+                await other.call_tool("recall", args)
+                samples["base"][i].append(clock() - t)
             gc.collect()
             ClientSession.validate_tool_result = unchecked  # type: ignore[method-assign]
             try:
@@ -198,7 +217,7 @@ async def rounds(p: StdioServerParameters, store: ContextStore, queries: list[di
                 samples["lib"][i].append(clock() - t)
             for _ in range(20):
                 floor.append(await timed(lambda: client.call_tool("latest_handoff", {})))
-    out = {n: [statistics.median(x) for x in s] for n, s in samples.items()}
+    out = {n: [statistics.median(x) for x in s] for n, s in samples.items() if s[0]}
     out["floor"] = floor
     return out
 
@@ -225,7 +244,8 @@ def by_class(lat: list[float], queries: list[dict[str, Any]]) -> dict[str, tuple
 
 
 def render(meta: dict[str, Any], res: dict[str, Any], queries: list[dict[str, Any]]) -> str:
-    ms = {n: [s * 1e3 for s in res[n]] for n in ("mcp", "mcp_novalidate", "lib", "cli", "floor")}
+    ms = {n: [s * 1e3 for s in res[n]]
+          for n in ("mcp", "mcp_novalidate", "lib", "cli", "floor", "base") if n in res}
     p50 = {n: pct(v, 0.5) for n, v in ms.items()}
     p95 = {n: pct(v, 0.95) for n, v in ms.items()}
     classes = {n: by_class(res[n], queries) for n in ("mcp", "lib", "cli")}
@@ -267,6 +287,11 @@ def render(meta: dict[str, Any], res: dict[str, Any], queries: list[dict[str, An
         f"schema | {p50['mcp_novalidate']:.2f} / {p95['mcp_novalidate']:.2f} | | |",
         f"| info: `latest_handoff` round trip (the protocol's own cost), "
         f"{len(ms['floor'])} calls | {p50['floor']:.2f} / {p95['floor']:.2f} | | |",
+    ]
+    if "base" in ms:
+        lines.append(f"| info: the same MCP calls to a server run from {meta['baseline']} | "
+                     f"{p50['base']:.2f} / {p95['base']:.2f} | | |")
+    lines += [
         "",
         f"MCP p50 / library p50: {p50['mcp'] / p50['lib']:.1f}x; cold CLI p50 / MCP p50: "
         f"{p50['cli'] / p50['mcp']:.0f}x.",
@@ -281,6 +306,14 @@ def render(meta: dict[str, Any], res: dict[str, Any], queries: list[dict[str, An
     return "\n".join(lines)
 
 
+def describe_tree(tree: str) -> str:
+    """``DIR`` as the docs say it: its git commit when it is a checkout."""
+    cp = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"],
+                        capture_output=True, text=True)
+    rev = cp.stdout.strip()
+    return f"git {rev} (`{tree}`)" if cp.returncode == 0 and rev else f"`{tree}`"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--size", type=int, default=200_000, help="packets in the store")
@@ -290,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spawns", type=int, default=5, help="fresh servers for spawn + init")
     ap.add_argument("--write-docs", action="store_true")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="also time a server run from this checkout (an info row)")
     args = ap.parse_args(argv)
     from importlib import metadata
 
@@ -302,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         "spawns": args.spawns, "cpus": os.cpu_count(), "cpu": cpu_model(),
         "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
         "mcp": metadata.version("mcp"), "program": said, "load_before": loadavg(),
+        "baseline": args.baseline and describe_tree(args.baseline),
     }
     work = tempfile.mkdtemp(prefix="bench_mcp_", dir=args.workdir)
     try:
@@ -316,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   mcp_args(queries[0]))}
         log("MCP and library rounds ...")
         with ContextStore.open(root) as store:
-            res.update(anyio.run(rounds, p, store, queries, args.reps))
+            base = args.baseline and baseline_params(os.path.abspath(args.baseline), root)
+            res.update(anyio.run(rounds, p, store, queries, args.reps, base or None))
         log("cold CLI ...")
         res["cli"] = cold_cli(prefix, env, root, queries, args.cli_reps)
     finally:
