@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from cache_strategies import tree_bytes
 
-from eventstore import CorruptLogError, LedgerIOError
+from eventstore import CorruptLogError, LedgerIOError, _osio
 from eventstore.frame import GENESIS_DIGEST, SEGMENT_HEADER_SIZE, walk_frames
 from projections import ContextStore, store_dir
 from projections.store import projections
@@ -111,8 +111,6 @@ def test_a_rebuild_replaces_the_checkpoints_by_rename(tmp_path: Path) -> None:
 def test_a_rebuild_whose_checkpoint_write_fails_leaves_the_old_ones(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    import projections.checkpoints as ck_mod
-
     build(tmp_path)
     before = tree_bytes(store_dir(tmp_path))
 
@@ -120,7 +118,7 @@ def test_a_rebuild_whose_checkpoint_write_fails_leaves_the_old_ones(
         raise OSError(5, "Input/output error")
 
     with ContextStore.open(tmp_path) as st:
-        monkeypatch.setattr(ck_mod.os, "fsync", no_fsync)
+        monkeypatch.setattr(_osio, "fsync", no_fsync)
         with pytest.raises(LedgerIOError, match="cannot write checkpoint"):
             st.rebuild()
         monkeypatch.undo()
