@@ -1,6 +1,6 @@
 """Crash loop: a child appends and checkpoints in every sync mode; the parent kills it.
 
-Each round a child process (``crash_child.py``) opens the store with the next
+Each round a child process (a fork of the test process) opens the store with the next
 sync mode and runs operations from :data:`harness.OPS`; the parent reads a
 random number of its acknowledgements, lets it run a random moment more, and
 sends SIGKILL. After every kill: every acknowledged event is there with its
@@ -14,65 +14,90 @@ modes"): the modes differ only on a power cut (``test_power_cut.py``).
 from __future__ import annotations
 
 import json
+import os
 import random
+import select
 import shutil
 import signal
-import subprocess
-import sys
+import traceback
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from faults import child_env
-from harness import DEFAULT_MIX, Ack, check_acked, check_views
+from harness import DEFAULT_MIX, OPS, Ack, check_acked, check_views, config
 from soak import Budget
 
 from eventstore import Ledger
 from projections import ContextStore
 
-CHILD = Path(__file__).with_name("crash_child.py")
 MODES = ("always", "batch", "none")
-CI_ROUNDS = 30
+CI_ROUNDS = 60
 ROUNDS_PER_STORE = 60  # a soak starts a new store now and then: checks stay cheap
+
+
+def child_main(root: Path, sync: str, tag: str, seed: int, mix: tuple[str, ...],
+               out: int) -> None:
+    """The child: opens the store and runs operations until it is killed, writing one
+    JSON line per acknowledged event to ``out`` after the call that acknowledged it
+    returned."""
+    rng = random.Random(seed)
+    store = ContextStore.open(root, config=config(sync))
+    os.write(out, b"ready\n")
+    n = 0
+    while True:
+        lines = [json.dumps(a) + "\n" for a in OPS[rng.choice(mix)](store, rng, f"{tag}-{n}")]
+        if lines:
+            data = "".join(lines).encode()
+            while data:
+                data = data[os.write(out, data):]
+        n += 1
 
 
 def run_round(root: Path, sync: str, tag: str, rng: random.Random, mix: tuple[str, ...],
               ) -> list[Ack]:
-    """One child, killed at a random point; the acknowledgements it printed."""
-    p = subprocess.Popen(
-        [sys.executable, str(CHILD), str(root), sync, tag, str(rng.getrandbits(32)),
-         ",".join(mix)],
-        env=child_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    assert p.stdout is not None and p.stderr is not None
-    seen = []
-    try:
-        if p.stdout.readline() != "ready\n":
-            p.kill()
-            pytest.fail(f"child did not start: {p.stderr.read()}")
-        for _ in range(rng.choice((0, 1, 2, 5, 12))):  # die after some acknowledgements...
-            line = p.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-        try:  # ... and somewhere in the middle of what comes next
-            p.wait(timeout=rng.choice((0.0, 0.0005, 0.002, 0.01, 0.03)) * rng.random())
-        except subprocess.TimeoutExpired:
-            pass
-        p.send_signal(signal.SIGKILL)
-        out, err = p.stdout.read(), p.stderr.read()  # (communicate would skip what
-        p.wait()                                      # readline buffered)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdout.close()
-        p.stderr.close()
-    assert p.returncode == -signal.SIGKILL, f"child ended on its own: {err}"
+    """One child, killed at a random point; the acknowledgements it wrote.
+
+    The child is a fork of this process (the library already imported: a round
+    costs milliseconds, not an interpreter start), killed with SIGKILL like any
+    other process.
+    """
+    r, w = os.pipe()
+    child_seed = rng.getrandbits(32)
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        code = 0
+        try:
+            os.close(r)
+            child_main(root, sync, tag, child_seed, mix, w)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    seen: list[str] = []
+    with os.fdopen(r, "r") as pipe:
+        try:
+            if pipe.readline() != "ready\n":
+                pytest.fail("child did not start (its traceback is on stderr)")
+            for _ in range(rng.choice((0, 1, 2, 5, 12))):  # die after some acknowledgements...
+                line = pipe.readline()
+                if not line:
+                    break
+                seen.append(line)
+            # ... and somewhere in the middle of what comes next
+            delay = rng.choice((0.0, 0.0005, 0.002, 0.01, 0.03)) * rng.random()
+            select.select([pipe], [], [], delay)  # (only decides where it dies)
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            _pid, status = os.waitpid(pid, 0)
+        out = pipe.read()
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
+        "child ended on its own (its traceback is on stderr)")
     acks = []
     for line in seen + out.splitlines(keepends=True):
         if not line.endswith("\n"):
-            break  # being printed when it died: not an acknowledgement
+            break  # being written when it died: not an acknowledgement
         acks.append(json.loads(line))
     return acks
 
