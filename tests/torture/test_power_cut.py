@@ -18,8 +18,10 @@ subset in a random order, some torn). Then, for each image:
   format.md §10); then everything before the first damaged byte must hold
   those events (:data:`RECOVER` cuts there; salvage will plug in beside it).
 
-In every image the views equal a fresh fold of what the log holds
-(checkpoints ahead of a log that lost its tail are refused and rebuilt).
+In every image the views, loaded from the image's own checkpoints, equal a
+fresh fold of what its log holds (a checkpoint ahead of a log that lost its
+tail is refused and the view refolded); then a writer opens it, appends, and
+``verify`` is clean.
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def run_workload(root: Path, sync: str, rng: random.Random, images_dir: Path,
     return acked, images, sim.syncs
 
 
-def check_image(img: Image, sync: str, acked: list[Ack], scratch: Path, where: str) -> str:
+def check_image(img: Image, sync: str, acked: list[Ack], scratch: Path, where: str,
+                tally: Counter[str]) -> str:
     log_dir = img.path / ".ctxledger" / "log"
     durable = acked[: img.n_durable]
     outcome = "clean"
@@ -150,6 +153,9 @@ def check_image(img: Image, sync: str, acked: list[Ack], scratch: Path, where: s
             e = events[a["seq"] - 1]
             assert (e.kind, e.key) == (a["kind"], a["key"]), where
             assert all(e.data[k] == v for k, v in a["data"].items()), where
+    # the views as the image's checkpoints and log give them, before any writer runs
+    for source, n in check_views(img.path, scratch, events, where).items():
+        tally[f"views_from_{source}"] += n  # "rebuild": a checkpoint refused, refolded
     store, log = open_store(img.path, sync)  # a writer tidies what the cut left, appends
     try:
         OPS["put"](store, random.Random(0), "after")
@@ -159,8 +165,6 @@ def check_image(img: Image, sync: str, acked: list[Ack], scratch: Path, where: s
     with Ledger.open(log_dir, readonly=True) as ro:
         rep = ro.verify()
         assert rep.ok, (where, rep.problems)
-        events = list(ro.read())
-    check_views(img.path, scratch, events, where)
     return outcome
 
 
@@ -178,7 +182,7 @@ def test_a_power_cut_loses_only_what_no_sync_covered(
         tally["syncs_modelled"] += syncs
         for i, img in enumerate(images):
             where = f"round {rnd} image {i} ({img.how}, sync={sync}, seed {seed})"
-            outcome = check_image(img, sync, acked, work, where)
+            outcome = check_image(img, sync, acked, work, where, tally)
             tally[f"images_{sync}"] += 1
             tally[f"images_{img.how}"] += 1
             tally[f"outcome_{outcome}"] += 1
