@@ -76,8 +76,10 @@ def op_checkpoint(store: ContextStore, rng: random.Random, tag: str) -> list[Ack
     return []
 
 
-#: Operations by name. Compaction and salvage join every harness with one line each
-#: once they exist, e.g. ``"compact": lambda store, rng, tag: [] if store.compact() else []``.
+#: Operations by name: every harness runs all of them (the crash loop and the power cut
+#: in a random mix, the I/O-error sweep one after another). Compaction and salvage join
+#: every harness with one line each here once they exist, e.g.
+#: ``"compact": lambda store, rng, tag: (store.compact(), [])[1],``.
 OPS: dict[str, Op] = {
     "put": op_put,
     "put_many": op_put_many,
@@ -85,8 +87,8 @@ OPS: dict[str, Op] = {
     "checkpoint": op_checkpoint,
 }
 
-#: The mix the harnesses run by default: mostly appends, now and then a checkpoint.
-DEFAULT_MIX = ("put", "put", "put_many", "task", "checkpoint")
+#: The mix the crash loop and the power cut draw from: every operation, puts twice.
+DEFAULT_MIX = ("put", *OPS)
 
 
 def config(sync: str) -> StoreConfig:

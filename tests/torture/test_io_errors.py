@@ -1,6 +1,6 @@
 """I/O-error sweep: fail the Nth write, fsync, rename or open, for N = 1, 2, ... until
-the operation completes, during appends and checkpoints (and any operation in
-:data:`SWEPT`).
+the operation completes, during every operation in :data:`harness.OPS` (appends
+and checkpoints today).
 
 For each N: the error surfaces as ``LedgerIOError`` carrying the injected
 errno (operations.md, "A failed fsync"; format.md §10), or the operation
@@ -30,9 +30,8 @@ from eventstore import Ledger, LedgerIOError, _osio
 from projections import ContextStore
 from projections.config import StoreConfig
 
-#: The operations swept, by name in harness.OPS; compaction and salvage join with one
-#: entry each once they exist ("compact", "salvage").
-SWEPT = ("put", "put_many", "task", "checkpoint")
+#: The operations swept: every one in harness.OPS (compaction and salvage join there).
+SWEPT = tuple(OPS)
 
 #: What "the Nth write/fsync/rename/open" means: the functions one counter wraps.
 TARGETS: dict[str, tuple[tuple[Any, str], ...]] = {
