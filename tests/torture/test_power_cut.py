@@ -66,8 +66,9 @@ def cut_at_first_problem(log_dir: Path) -> None:
             f.truncate(first.offset)
 
 
-#: How a log that fails closed after a power cut is brought back, to check that what it
-#: keeps holds every durable acknowledgement. ``ctxledger salvage`` joins with one line.
+#: Ways to bring back a log that failed closed after a power cut: each must keep every
+#: durable acknowledgement. ``ctxledger salvage`` joins with one line (a function of the
+#: log directory).
 RECOVER: dict[str, Callable[[Path], None]] = {"cut": cut_at_first_problem}
 
 
@@ -145,8 +146,14 @@ def check_image(img: Image, sync: str, acked: list[Ack], scratch: Path, where: s
         # the OS wrote a later frame but not an earlier one (format.md §10): only possible
         # when appends were acknowledged before their sync
         assert sync != "always", where
-        RECOVER["cut"](log_dir)
-        events = check_acked(log_dir, durable, where + " (after the cut)")
+        for name, recover in RECOVER.items():  # each way back keeps every durable event
+            copy = img.path.with_name(f"{img.path.name}-{name}")
+            shutil.copytree(img.path, copy)
+            recover(copy / ".ctxledger" / "log")
+            check_acked(copy / ".ctxledger" / "log", durable, f"{where} (after {name})")
+            shutil.rmtree(copy)
+        cut_at_first_problem(log_dir)  # the rest of the checks go on from the cut
+        events = check_acked(log_dir, durable, where)
         outcome = "failed_closed"
     for a in acked[: img.n_acked]:  # acknowledged but maybe not durable: gone, or exact
         if a["seq"] <= len(events):
