@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import blake3
+import hypothesis
 import pytest
 from harness import OPS, answers, keys_and_tasks
 from hypothesis import HealthCheck, given, settings
@@ -101,10 +102,11 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Samples:
     return Samples(tmp_path_factory.mktemp("fuzz-samples"))
 
 
-def fuzz(budget: Budget, tally: Counter[str], name: str, strategy: st.SearchStrategy[Any],
-         check: Callable[[Any], None], examples: int = CI_EXAMPLES) -> None:
-    """Run ``check`` on ``examples`` inputs (derandomized in CI; random, round after
-    round, under ``--soak``)."""
+def fuzz(budget: Budget, seed: int, tally: Counter[str], name: str,
+         strategy: st.SearchStrategy[Any], check: Callable[[Any], None],
+         examples: int = CI_EXAMPLES) -> None:
+    """Run ``check`` on ``examples`` inputs per round: derandomized in CI; under
+    ``--soak``, round after round, hypothesis seeded from the test's seed."""
     soak = budget.soak is not None
 
     @settings(max_examples=examples, derandomize=not soak, database=None, deadline=None,
@@ -114,11 +116,13 @@ def fuzz(budget: Budget, tally: Counter[str], name: str, strategy: st.SearchStra
         tally[f"inputs_{name}"] += 1
         check(data)
 
-    for _ in budget.rounds(1):
-        run()
+    for rnd in budget.rounds(1):
+        (hypothesis.seed(seed + rnd)(run) if soak else run)()
 
 
-def test_segment_headers(samples: Samples, budget: Budget, tally: Counter[str]) -> None:
+def test_segment_headers(
+    samples: Samples, budget: Budget, seed: int, tally: Counter[str]
+) -> None:
     def check(data: bytes) -> None:
         try:
             decode_segment_header(data)
@@ -130,11 +134,13 @@ def test_segment_headers(samples: Samples, budget: Budget, tally: Counter[str]) 
             pass
         segment_header_is_torn(data)
 
-    fuzz(budget, tally, "segment_header", damaged(samples.segments[1][:SEGMENT_HEADER_SIZE]),
-         check)
+    header = samples.segments[1][:SEGMENT_HEADER_SIZE]
+    fuzz(budget, seed, tally, "segment_header", damaged(header), check)
 
 
-def test_frames(samples: Samples, budget: Budget, tally: Counter[str]) -> None:
+def test_frames(
+    samples: Samples, budget: Budget, seed: int, tally: Counter[str]
+) -> None:
     f0 = samples.frames[0]
     second = samples.segments[1]
     hdr = decode_segment_header(second[:SEGMENT_HEADER_SIZE])
@@ -161,10 +167,12 @@ def test_frames(samples: Samples, budget: Budget, tally: Counter[str]) -> None:
         has_valid_frame_after(data, -1, hdr.base_seq)
 
     assert f0.count >= 1
-    fuzz(budget, tally, "frames", damaged(second), check)
+    fuzz(budget, seed, tally, "frames", damaged(second), check)
 
 
-def test_payloads(samples: Samples, budget: Budget, tally: Counter[str]) -> None:
+def test_payloads(
+    samples: Samples, budget: Budget, seed: int, tally: Counter[str]
+) -> None:
     def check(data: bytes) -> None:
         for decode in (decode_payload, payload_head):
             try:
@@ -179,10 +187,11 @@ def test_payloads(samples: Samples, budget: Budget, tally: Counter[str]) -> None
         row_bounds(data, 0)
         row_bounds(data, 5)
 
-    fuzz(budget, tally, "payloads", st.sampled_from(samples.payloads).flatmap(damaged), check)
+    strategy = st.sampled_from(samples.payloads).flatmap(damaged)
+    fuzz(budget, seed, tally, "payloads", strategy, check)
 
 
-def test_a_log_whose_segment_is_damaged(samples: Samples, budget: Budget,
+def test_a_log_whose_segment_is_damaged(samples: Samples, budget: Budget, seed: int,
                                         tally: Counter[str]) -> None:
     """Readers behind Ledger.read, read_raw and verify: LedgerError or answers."""
     segs = sorted(samples.log_dir.glob("*.seg"))
@@ -209,10 +218,12 @@ def test_a_log_whose_segment_is_damaged(samples: Samples, budget: Budget,
 
     strategy = st.integers(0, len(segs) - 1).flatmap(
         lambda i: st.tuples(st.just(i), damaged(segs[i].read_bytes())))
-    fuzz(budget, tally, "segment_files", strategy, check, CI_EXAMPLES // 2)
+    fuzz(budget, seed, tally, "segment_files", strategy, check, CI_EXAMPLES // 2)
 
 
-def test_checkpoint_files(samples: Samples, budget: Budget, tally: Counter[str]) -> None:
+def test_checkpoint_files(
+    samples: Samples, budget: Budget, seed: int, tally: Counter[str]
+) -> None:
     names = sorted(samples.checkpoints)
 
     def check(case: tuple[str, bytes]) -> None:
@@ -230,7 +241,7 @@ def test_checkpoint_files(samples: Samples, budget: Budget, tally: Counter[str])
 
     strategy = st.sampled_from(names).flatmap(
         lambda n: st.tuples(st.just(n), damaged(samples.checkpoints[n])))
-    fuzz(budget, tally, "checkpoint_files", strategy, check)
+    fuzz(budget, seed, tally, "checkpoint_files", strategy, check)
 
 
 def forge(raw: bytes, body: bytes) -> bytes:
@@ -241,8 +252,8 @@ def forge(raw: bytes, body: bytes) -> bytes:
     return prefix + body + blake3.blake3(prefix + body).digest()
 
 
-def test_forged_checkpoint_bodies(samples: Samples, budget: Budget, tally: Counter[str],
-                                  tmp_path: Path) -> None:
+def test_forged_checkpoint_bodies(samples: Samples, budget: Budget, seed: int,
+                                  tally: Counter[str], tmp_path: Path) -> None:
     """A damaged body under a right checksum and watermark: the view's own decoder and
     then every answer; a LedgerError or an answer, nothing else."""
     names = sorted(samples.checkpoints)
@@ -270,4 +281,4 @@ def test_forged_checkpoint_bodies(samples: Samples, budget: Budget, tally: Count
 
     strategy = st.sampled_from(names).flatmap(
         lambda n: st.tuples(st.just(n), damaged(body_of(samples.checkpoints[n]))))
-    fuzz(budget, tally, "forged_checkpoint_bodies", strategy, check, CI_EXAMPLES // 3)
+    fuzz(budget, seed, tally, "forged_checkpoint_bodies", strategy, check, CI_EXAMPLES // 3)
