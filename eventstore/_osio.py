@@ -1,7 +1,10 @@
-"""The system calls the log's I/O shell uses, named in one place.
+"""The system calls that write the log and the checkpoints, named in one place.
 
 Fault-injection tests replace these attributes (``_osio.fsync = boom``) to
-prove that a failing write or sync never acknowledges anything.
+prove that a failing write or sync never acknowledges anything, and the
+torture suite's power-cut simulation (``tests/torture/powercut.py``) wraps
+them to learn what a crash could lose. Files are still created and opened
+with ``os.open``.
 """
 
 from __future__ import annotations

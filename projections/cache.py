@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import cbor2
 
-from eventstore import Event
+from eventstore import Event, LedgerError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -162,7 +162,19 @@ class CacheState:
         return None if row is None else self._ref(key, row)  # type: ignore[arg-type]
 
     def _ref(self, key: bytes, row: Row) -> EntryRef:
-        return EntryRef(key.ljust(32, b"\0").hex(), row[0], row[1], self.targets[row[2]], row[3])
+        return EntryRef(key.ljust(32, b"\0").hex(), row[0], row[1], self._target(row[2]), row[3])
+
+    def _target(self, tid: int) -> str:
+        """The target numbered ``tid``. Only a checkpoint can hold a number with no
+        target (damaged under a right checksum, or forged): an error that says what to
+        do, not an IndexError (checked here, where it costs nothing, not for every row
+        when a checkpoint loads)."""
+        if 0 <= tid < len(self.targets):
+            return self.targets[tid]
+        raise LedgerError(
+            f"the cache view names target #{tid}, which it does not hold: its checkpoint "
+            "is damaged or forged; run `ctxledger rebuild`"
+        )
 
     def live_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """All entries as columns (keys, seqs, created, tids, nbytes), delta applied."""
@@ -354,7 +366,7 @@ class CacheState:
         """A plain, comparable picture of the state (for tests and replay reports)."""
         keys, seqs, created, tids, nbytes = self.live_columns()
         entries = {
-            bytes(k).ljust(32, b"\0").hex(): (int(s), float(c), self.targets[int(t)], int(n))
+            bytes(k).ljust(32, b"\0").hex(): (int(s), float(c), self._target(int(t)), int(n))
             for k, s, c, t, n in zip(keys, seqs, created, tids, nbytes, strict=True)
         }
         return {

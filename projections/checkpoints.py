@@ -36,7 +36,7 @@ import attrs
 import blake3
 import cbor2
 
-from eventstore import LedgerError, LedgerIOError, private
+from eventstore import LedgerError, LedgerIOError, _osio, private
 
 MAGIC = b"CTXLCKP2"
 OLD_MAGIC = b"CTXLCKP1"  # format 1: keyed MAC, key in checkpoints/KEY; refused, rebuilt
@@ -194,25 +194,21 @@ class CheckpointDir:
             fd = private.create_file(tmp, os.O_WRONLY | os.O_EXCL)
             try:
                 try:
+                    at = 0
                     for part in (prefix, body, h.digest()):
-                        view = memoryview(part)
-                        while view:
-                            view = view[os.write(fd, view):]
-                    os.fsync(fd)
+                        _osio.write_all(fd, part, at)
+                        at += len(part)
+                    _osio.fsync(fd)
                 finally:
                     os.close(fd)
                 if rotate and primary.exists():
-                    os.replace(primary, self.path / (name + ".ckpt.bak"))
-                os.replace(tmp, primary)
+                    _osio.replace(primary, self.path / (name + ".ckpt.bak"))
+                _osio.replace(tmp, primary)
             except BaseException:
                 tmp.unlink(missing_ok=True)  # never leave a partial checkpoint behind
                 raise
             self._sweep(name)
-            dfd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            _osio.fsync_dir(self.path)
         except OSError as e:
             raise LedgerIOError(f"cannot write checkpoint {name}: {e.strerror or e}") from e
 

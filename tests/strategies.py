@@ -87,3 +87,42 @@ token_pairs = st.tuples(st.integers(1, 50), st.integers(1, 200))
 
 #: The samples of one calibration window, oldest first.
 token_windows = st.lists(token_pairs, min_size=0, max_size=30)
+
+
+# --- damaged bytes (the torture suite's decoder fuzzing) -----------------------------------
+
+#: Values that length and count fields get wrong in interesting ways.
+_EDGE_WORDS = (b"\x00\x00\x00\x00", b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x01\x00\x00\x00",
+               b"\x00\x00\x00\x80", b"\x40\x00\x00\x00")
+
+
+@st.composite
+def _mutated(draw: st.DrawFn, valid: bytes) -> bytes:
+    buf = bytearray(valid)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(("flip", "set", "insert", "delete", "truncate", "word",
+                                     "repeat")))
+        pos = draw(st.integers(0, max(len(buf) - 1, 0)))
+        if kind == "flip" and buf:
+            buf[pos] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "set" and buf:
+            buf[pos] = draw(st.integers(0, 255))
+        elif kind == "insert":
+            buf[pos:pos] = draw(st.binary(min_size=1, max_size=16))
+        elif kind == "delete":
+            del buf[pos : pos + draw(st.integers(1, 16))]
+        elif kind == "truncate":
+            del buf[pos:]
+        elif kind == "word":
+            buf[pos : pos + 4] = draw(st.sampled_from(_EDGE_WORDS))
+        else:  # a stretch of the input again, somewhere else (a frame doubled, say)
+            end = draw(st.integers(pos, min(len(buf), pos + 256)))
+            at = draw(st.integers(0, len(buf)))
+            buf[at:at] = buf[pos:end]
+    return bytes(buf)
+
+
+def damaged(valid: bytes) -> st.SearchStrategy[bytes]:
+    """Arbitrary bytes, or ``valid`` damaged a few ways at once (bits flipped, bytes set,
+    inserted or deleted, cut short, length-like words overwritten, stretches repeated)."""
+    return st.one_of(st.binary(max_size=2 * len(valid) + 64), _mutated(valid))

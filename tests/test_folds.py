@@ -29,7 +29,7 @@ from cache_strategies import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventstore import Event, Ledger, LedgerError
+from eventstore import Event, Ledger, LedgerError, _osio
 from projections import (
     AsOfError,
     CacheState,
@@ -829,15 +829,13 @@ def test_temp_files_of_dead_writers_are_swept(tmp_path: Path) -> None:
 
 
 def test_a_failed_checkpoint_write_leaves_no_temp_file(tmp_path: Path, monkeypatch: Any) -> None:
-    import projections.checkpoints as ck_mod
-
     build(tmp_path)
     before = sorted(p.name for p in ckpt_dir(tmp_path).iterdir())
 
     def no_space(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ck_mod.os, "fsync", no_space)
+    monkeypatch.setattr(_osio, "fsync", no_space)
     with pytest.raises(LedgerError, match="No space left"):
         CheckpointDir(ckpt_dir(tmp_path), readonly=False).write("cache", 1, 0, b"\0" * 32, b"x")
     monkeypatch.undo()

@@ -12,17 +12,15 @@ import os
 import random
 import signal
 import subprocess
-import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from faults import all_events, child, content_size, oserror, short_then, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import eventstore
 from eventstore import (
     CorruptLogError,
     Event,
@@ -34,40 +32,6 @@ from eventstore import (
 )
 from eventstore.frame import SEGMENT_HEADER_SIZE, content_end, iter_frames
 from eventstore.verify import verify_log
-
-# children import the very eventstore this process is testing
-CODE_ROOT = Path(eventstore.__file__).resolve().parents[1]
-ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])),
-}
-
-
-def child(code: str, *args: object, **kw: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-        env=ENV,
-        text=True,
-        **kw,
-    )
-
-
-def content_size(seg: Path) -> int:
-    """A segment's size without the zeros a writer preallocated past its last frame."""
-    return content_end(seg.read_bytes(), SEGMENT_HEADER_SIZE)
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` with its bytes (names included: no file appears or goes)."""
-    return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-    }
-
-
-def all_events(log: Path) -> list[Event]:
-    with Ledger.open(log, readonly=True) as ro:
-        return list(ro.read())
-
 
 # --- (a) kill -9 at random moments ---------------------------------------------------------
 
@@ -205,27 +169,6 @@ def test_concurrent_writer_processes_lose_and_duplicate_nothing(tmp_path: Path) 
 
 
 # --- (c) injected I/O faults ------------------------------------------------------------------
-
-
-def oserror(code: int) -> Callable[..., Any]:
-    def fail(*_a: Any, **_k: Any) -> Any:
-        raise OSError(code, os.strerror(code))
-
-    return fail
-
-
-def short_then(code: int) -> Callable[..., Any]:
-    """pwrite that writes half of the first call's bytes, then fails with ``code``."""
-    real = os.pwrite
-    calls = [0]
-
-    def pwrite(fd: int, data: Any, offset: int) -> int:
-        calls[0] += 1
-        if calls[0] == 1 and len(data) > 1:
-            return real(fd, bytes(data[: len(data) // 2]), offset)
-        raise OSError(code, os.strerror(code))
-
-    return pwrite
 
 
 def ev(i: int, pad: int = 10) -> Event:

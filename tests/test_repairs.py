@@ -9,13 +9,16 @@ that replaces a checkpoint (``checkpoint``, a writer's close).
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
+import blake3
+import cbor2
 import pytest
 from cache_strategies import tree_bytes
 
-from eventstore import CorruptLogError, LedgerIOError
+from eventstore import CorruptLogError, LedgerError, LedgerIOError, _osio
 from eventstore.frame import GENESIS_DIGEST, SEGMENT_HEADER_SIZE, walk_frames
 from projections import ContextStore, store_dir
 from projections.store import projections
@@ -111,8 +114,6 @@ def test_a_rebuild_replaces_the_checkpoints_by_rename(tmp_path: Path) -> None:
 def test_a_rebuild_whose_checkpoint_write_fails_leaves_the_old_ones(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    import projections.checkpoints as ck_mod
-
     build(tmp_path)
     before = tree_bytes(store_dir(tmp_path))
 
@@ -120,7 +121,7 @@ def test_a_rebuild_whose_checkpoint_write_fails_leaves_the_old_ones(
         raise OSError(5, "Input/output error")
 
     with ContextStore.open(tmp_path) as st:
-        monkeypatch.setattr(ck_mod.os, "fsync", no_fsync)
+        monkeypatch.setattr(_osio, "fsync", no_fsync)
         with pytest.raises(LedgerIOError, match="cannot write checkpoint"):
             st.rebuild()
         monkeypatch.undo()
@@ -142,3 +143,34 @@ def test_a_checkpoint_that_meets_corruption_changes_no_file(tmp_path: Path) -> N
     assert tree_bytes(store_dir(tmp_path)) == before
     st.close()  # its close checkpoint meets the same damage: still nothing written
     assert tree_bytes(store_dir(tmp_path)) == before
+
+
+def test_a_cache_checkpoint_naming_a_missing_target_is_an_error_rebuild_repairs(
+    tmp_path: Path,
+) -> None:
+    """Regression (the torture suite's forged checkpoint bodies): a cache checkpoint
+    whose target numbers point past its list of targets, under a right checksum and
+    watermark, made get and list raise IndexError. Now they raise LedgerError naming
+    the fix, and ``rebuild`` refolds the view from the log."""
+    keys = build(tmp_path)
+    with ContextStore.open(tmp_path, readonly=True) as st:
+        good = answers(st, keys)
+    path = store_dir(tmp_path) / "checkpoints" / "cache.ckpt"
+    raw = path.read_bytes()
+    (hlen,) = struct.unpack_from("<I", raw, 8)
+    body_at = 12 + hlen
+    (mlen,) = struct.unpack_from("<I", raw, body_at)
+    n = cbor2.loads(raw[body_at + 4 : body_at + 4 + mlen])["n"]
+    end = len(raw) - 32
+    forged = raw[: end - 4 * n] + struct.pack(f"<{n}i", *[7] * n)  # one target: #0
+    path.write_bytes(forged + blake3.blake3(forged).digest())
+    with ContextStore.open(tmp_path, readonly=True) as st:
+        assert st.stats()["views"]["cache"]["loaded_from"] == "primary"  # it checks out
+        with pytest.raises(LedgerError, match="rebuild"):
+            st.get(keys[0])
+        with pytest.raises(LedgerError, match="rebuild"):
+            st.list()
+    with ContextStore.open(tmp_path) as st:
+        st.rebuild("cache")
+    with ContextStore.open(tmp_path, readonly=True) as st:
+        assert answers(st, keys) == good

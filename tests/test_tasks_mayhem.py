@@ -7,30 +7,15 @@ asserts timing: delays only decide where a child dies.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
-import projections
+from faults import child
+
 from projections import ContextStore
-
-CODE_ROOT = Path(projections.__file__).resolve().parents[1]
-ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])),
-}
-
-
-def child(code: str, *args: object, **kw: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
-                            env=ENV, text=True, **kw)
-
 
 RACER = """
     import json, os, sys, time
