@@ -6,15 +6,13 @@ from typing import Any
 
 import click
 
+from projections.recall.constants import SCOPES
+
 from .inputs import COUNT, MAX_INT, SEQ_OR_TIME, TIME
 from .options import Ctx, examples, store_options
 from .output import safe
 from .views import naming, open_store, usage_errors
 
-SCOPES = ("global", "task-first", "task-only")
-"""``projections.recall.SCOPES`` (a test keeps them equal), spelled out so that loading
-this command does not import numpy and the recall index: ``store.recall`` imports
-them while the checkpoints are verified on another core."""
 MODES = ("auto", "conceptual", "telemetry")
 """``projections.memory_rank.MODES`` (a test keeps them equal)."""
 MEMORY_KINDS = ("brief", "handoff", "recommended_action", "evidence", "tool_trace",

@@ -267,18 +267,15 @@ MODES: dict[str, dict[str, int]] = {
 
 @contextmanager
 def thresholds(**kw: int) -> Iterator[None]:
-    from projections.recall import index as index_mod
-    from projections.recall import segment as segment_mod
-    saved = []
+    from projections.recall import constants
+    saved = {k: getattr(constants, k) for k in kw}
     for k, v in kw.items():
-        mod = segment_mod if k.startswith(("BIG_", "MID_")) else index_mod
-        saved.append((mod, k, getattr(mod, k)))
-        setattr(mod, k, v)
+        setattr(constants, k, v)
     try:
         yield
     finally:
-        for mod, k, v in saved:
-            setattr(mod, k, v)
+        for k, v in saved.items():
+            setattr(constants, k, v)
 
 
 PRUNE_QUERIES = QUERIES + [

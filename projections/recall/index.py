@@ -36,54 +36,17 @@ from zlib import crc32
 
 import numpy as np
 
+from . import constants
 from . import segment as S
+from .constants import BOOSTS, K1, MAX_QUERY_CHARS, MAX_QUERY_TERMS, SCOPES, B
 from .snippet import make_snippet
 from .tokenize import tokenize
 from .types import RecallDoc, RecallHit, dedupe
 
-K1 = 1.5
-B = 0.75
 _K1P1 = K1 + 1.0
-
-#: additive structured boosts, per query word and kind (best level only)
-BOOSTS = {
-    "path_exact": 3.0,  # canonical path or a path suffix ("json/decoder.py")
-    "path_alias": 2.0,  # a basename that names exactly one live path
-    "symbol_exact": 4.0,  # whole symbol or its last qualified component
-    "symbol_prefix": 2.0,  # symbol or one of its components starts with the word
-    "symbol_contains": 1.0,
-    "test_exact": 3.0,  # whole test name or its last component
-    "task_exact": 2.0,  # the word is one of the entry's task ids
-}
-
-SCOPES = ("global", "task-first", "task-only")
-# Bounded work per request (failure rule 8): a query's terms are resolved and scored
-# one by one, so the work a query does is bounded by these, not by what a caller sends.
-MAX_QUERY_CHARS = 4096
-MAX_QUERY_TERMS = 64  # distinct tokens after tokenizing (an identifier counts with its parts)
 _TRIM = "\"'`()[]{}<>,;!?"
 _SEPS = frozenset(".:#")
 _IDENT_SHAPED = re.compile(r"_|[a-z][A-Z]|[A-Za-z][0-9]|[0-9][A-Za-z]|\.")
-
-#: candidate sets up to this size are scored in plain Python
-TINY = 48
-#: a filter/scope narrower than this is scored directly (every doc probed)
-DIRECT_MAX = 4096
-#: give up walking a big term's impact order after this many skipped docs
-WALK_MAX = 4096
-#: two-term queries whose rarer term is in at least this many docs try the
-#: "docs with both terms" shortcut first
-PAIR_MIN = 512
-#: ... and queries of more terms, when their small terms (but the rarest) have at
-#: most this many postings (and at most 1/16 of it are docs to score)
-MULTI_MAX = 8192
-#: neither shortcut when more docs than this got a structured boost (a path
-#: query's many files): MaxScore starts from those docs instead
-SHORTCUT_BOOSTS = 256
-#: probing a small term for more docs than this scatters its tf's into a dense row
-DENSE_PROBE = 512
-#: MaxScore scans the rarest units together up to this many postings
-BATCH = 2048
 
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
@@ -399,11 +362,6 @@ class RecallIndex:
     def __contains__(self, cache_key: object) -> bool:
         return isinstance(cache_key, str) and self._doc_id(cache_key) >= 0
 
-    @property
-    def delta_size(self) -> int:
-        """Docs added since the last merge into the base segment."""
-        return len(self._ddocs)
-
     # ------------------------------------------------------------ build / mutate
     @classmethod
     def build(cls, docs: Iterable[RecallDoc]) -> RecallIndex:
@@ -673,12 +631,12 @@ class RecallIndex:
         """tf of term ``t`` for sorted docs ``D`` (int64; 0 where absent or out of range)."""
         nb = self._nb
         if t.big >= 0:
-            if len(D) and int(D[-1] if self._sorted_hint else D.max()) < nb:
+            if len(D) and int(D[-1]) < nb:
                 return self._rows[t.big][D].astype(np.int64)
             out = np.zeros(len(D), dtype=np.int64)
             inb = D < nb
             out[inb] = self._rows[t.big][D[inb]]
-        elif len(D) > DENSE_PROBE and t.e - t.s > DENSE_PROBE // 8:
+        elif len(D) > constants.DENSE_PROBE and t.e - t.s > constants.DENSE_PROBE // 8:
             # many docs: scatter the term's tf's into a dense row, then gather
             ptf = self._seg["post_tf"]
             dense = np.zeros(nb, dtype=ptf.dtype)
@@ -703,8 +661,6 @@ class RecallIndex:
             hit = t.dd[j] == D
             out[hit] = t.dt[j[hit]]
         return out
-
-    _sorted_hint = True  # candidate arrays are sorted (max is the last)
 
     def _tf_py(self, t: _Term, d: int) -> int:
         if d >= self._nb:
@@ -923,21 +879,21 @@ class RecallIndex:
         terms = q.terms
         if not q.ntok:
             return self._rank_empty(q, k, exclude)
-        if q.restrict is not None and len(q.restrict) <= max(DIRECT_MAX, sum(
+        if q.restrict is not None and len(q.restrict) <= max(constants.DIRECT_MAX, sum(
                 t.df for t in terms) // 8):
             return self._rank_direct(q, q.restrict, k, exclude)
         sdf = len(q.boost)
         for t in terms:
             sdf += len(t.dd) + (t.df if t.big < 0 else 0)
-        if sdf <= TINY:
+        if sdf <= constants.TINY:
             got = self._rank_tiny(q, k, exclude)
             if got is not None:
                 return got
-        if len(terms) == 2 and min(t.df for t in terms) >= PAIR_MIN:
+        if len(terms) == 2 and min(t.df for t in terms) >= constants.PAIR_MIN:
             got = self._rank_pair(q, k, exclude)
             if got is not None:
                 return got
-        elif len(terms) > 2 and sdf >= PAIR_MIN:
+        elif len(terms) > 2 and sdf >= constants.PAIR_MIN:
             got = self._rank_multi(q, k, exclude)
             if got is not None:
                 return got
@@ -955,7 +911,7 @@ class RecallIndex:
         phrase); otherwise None (the caller runs MaxScore).
         """
         terms = q.terms
-        if len(q.boost) > SHORTCUT_BOOSTS or any(len(t.dd) for t in terms):
+        if len(q.boost) > constants.SHORTCUT_BOOSTS or any(len(t.dd) for t in terms):
             return None
         small = sorted((t for t in terms if t.big < 0 and t.e > t.s), key=attrgetter("df"))
         bound = sum(t.ub for t in terms if t.big >= 0)
@@ -972,7 +928,7 @@ class RecallIndex:
         n = 0
         for j, t in enumerate(rest):
             n += t.df
-            if n > MULTI_MAX:
+            if n > constants.MULTI_MAX:
                 bound += sum(u.ub for u in rest[j:])
                 rest = rest[:j]
                 break
@@ -991,7 +947,7 @@ class RecallIndex:
         m = self._valid_np(q, C, exclude)
         if m is not None:
             C = C[m]
-        if len(C) < k or len(C) > MULTI_MAX // 16:
+        if len(C) < k or len(C) > constants.MULTI_MAX // 16:
             return None
         sc, tfm = self._exact_np(q, C)
         theta = float(np.partition(sc, len(sc) - k)[len(sc) - k])
@@ -1007,7 +963,7 @@ class RecallIndex:
         k: the answer is exact.  Otherwise None (the caller runs MaxScore).
         """
         a, b = sorted(q.terms, key=attrgetter("df"))
-        if len(a.dd) or len(b.dd) or len(q.boost) > SHORTCUT_BOOSTS or a.df > 65536:
+        if len(a.dd) or len(b.dd) or len(q.boost) > constants.SHORTCUT_BOOSTS or a.df > 65536:
             return None
         ub = max(a.ub, b.ub)
         if not ub or min(a.ub, b.ub) < 0.25 * ub:
@@ -1143,7 +1099,7 @@ class RecallIndex:
                 out.append((-nsc, d, tok))
             else:
                 skipped += 1
-                if skipped > WALK_MAX:
+                if skipped > constants.WALK_MAX:
                     return None
             s += 1
             if s < e:
@@ -1324,7 +1280,7 @@ class RecallIndex:
             lists.append(self._postings_np(q, list(enumerate(terms)), base=False))
         # the cheap units go first, all at once
         batch: list[_Unit] = []
-        budget = BATCH
+        budget = constants.BATCH
         while remaining and remaining[-1].t.big < 0 and (
                 remaining[-1].n <= budget or not (batch or lists)):
             u = remaining.pop()
@@ -1933,10 +1889,6 @@ class RecallIndex:
             {"est_tokens": -(-est // 4) if est > 0 else 0, "est_bytes": est},
             created, max(0.0, now - created),
         )
-
-    def _target_name(self, d: int) -> str:
-        names, _ = self._targets()
-        return names[int(self._tgt[d])]
 
 
 _KEY = attrgetter("cache_key")

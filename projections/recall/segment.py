@@ -33,8 +33,8 @@ from typing import Any
 import blake3
 import numpy as np
 
-from .tokenize import _CACHE as _TOKCACHE
-from .tokenize import _IDENT, ident_tokens
+from . import constants
+from .tokenize import IDENT, cached_tokens, ident_tokens
 from .types import RecallDoc
 
 MAGIC = b"CTXRECL2"
@@ -49,15 +49,6 @@ U8 = np.uint8
 TABLES = ("path", "sym", "test", "task", "ptype")
 _RAW_FIELD = {"path": "paths", "sym": "symbols", "test": "tests", "task": "task_ids",
               "ptype": "packet_types"}
-
-K1 = 1.5  # BM25 parameters (the index module documents them)
-B = 0.75
-
-#: a small term in at least this many docs also gets an impact order (of positions)
-MID_IMPACT_DOCS = 1024
-#: a term is big when in >= max(BIG_MIN_DOCS, n / BIG_FRACTION) docs (tests lower it)
-BIG_MIN_DOCS = 1024
-BIG_FRACTION = 8
 
 # meta array slots
 M_KEYHEX = 0  # 1: every cache_key is 64 lowercase hex chars, stored as 32 raw bytes
@@ -356,7 +347,7 @@ def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.n
     into tokens once; the token streams are then gathered with numpy.  Words of
     an ASCII chunk are bytes (word ids 0 and 1 are the separators), others str.
     """
-    findall = _IDENT.findall
+    findall = IDENT.findall
     words = _AutoIds(((_SENTINEL, 0), (_SENTINEL_B, 1)))  # ids 0, 1: text separators
     wget = words.__getitem__
     parts: list[np.ndarray] = []
@@ -383,7 +374,7 @@ def _text_tokens(texts: list[str], term_ids: _AutoIds) -> tuple[np.ndarray, np.n
     # each distinct word's tokens (the tokenizer's cache read at C speed), then term ids
     wl = [w if type(w) is str else w.decode("ascii") for w in words]
     wl[0] = wl[1] = ""
-    wtok: list[tuple[str, ...] | None] = list(map(_TOKCACHE.get, wl))
+    wtok: list[tuple[str, ...] | None] = cached_tokens(wl)
     for i, tt in enumerate(wtok):
         if tt is None:
             w = wl[i]
@@ -700,10 +691,10 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     avgdl = float(dl.sum()) / n if n and int(dl.sum()) else 1.0
     if len(tid):
         # the length norm per doc, then per posting (same arithmetic, fewer temporaries)
-        den = (K1 * (1.0 - B + B * (dl / avgdl)))[doc]
+        den = (constants.K1 * (1.0 - constants.B + constants.B * (dl / avgdl)))[doc]
         f = tf.astype(np.float64)
         den += f
-        f *= K1 + 1.0
+        f *= constants.K1 + 1.0
         f /= den
         del den
         ub = np.maximum.reduceat(f, starts[:-1]).astype(np.float32)
@@ -713,7 +704,7 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         seg["term_ub"] = np.zeros(0, np.float32)
     seg["ub_avgdl"] = np.array([avgdl], dtype=np.float64)
     # big terms: dense tf rows + impact order
-    big_min = max(BIG_MIN_DOCS, n / BIG_FRACTION)
+    big_min = max(constants.BIG_MIN_DOCS, n / constants.BIG_FRACTION)
     big = np.flatnonzero(df >= big_min)
     is_big = np.zeros(T, dtype=bool)
     is_big[big] = True
@@ -726,7 +717,7 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     seg["post_tf"] = tf[small_mask].astype(uint_dtype(maxtf))
     # mid terms: impact order as positions within the term's doc-sorted postings
     soff = seg["post_off"].astype(I64)
-    mid = np.flatnonzero(~is_big & (df >= MID_IMPACT_DOCS))
+    mid = np.flatnonzero(~is_big & (df >= constants.MID_IMPACT_DOCS))
     mlen = sdf[mid]
     if len(mid):
         mstart = soff[mid]
