@@ -1910,7 +1910,7 @@ def _no_gc() -> Iterator[None]:
 def tokenize_texts(doc: RecallDoc) -> list[str]:
     """Every token of a doc's indexed text, in order."""
     out: list[str] = []
-    for t in S.doc_texts(doc):
+    for t in doc.texts():
         out.extend(tokenize(t))
     return out
 

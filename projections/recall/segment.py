@@ -307,10 +307,6 @@ class _NewDocs:
         return list(vmap), vids
 
 
-def doc_texts(d: RecallDoc) -> tuple[str, ...]:
-    return (d.summary, *d.paths, *d.symbols, *d.tests, *d.payload_text)
-
-
 # joins distinct texts for one pass; a chunk with a text that contains it is
 # tokenised text by text.  ASCII, so that an ASCII chunk stays one byte a character
 # and is split with bytes.translate + bytes.split (same words as \w+ on ASCII text)
