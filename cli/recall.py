@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from projections.recall import RecallQuery
 from projections.recall.constants import SCOPES
 
 from .inputs import COUNT, MAX_INT, SEQ_OR_TIME, TIME
@@ -96,26 +97,11 @@ def recall(
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
     with usage_errors(), naming("--as-of"):  # (the engine's rules: a scope without --task...)
-        answer = store.recall_answer(
-            query,
-            budget_tokens=budget_tokens,
-            fresh_only=fresh_only,
-            limit=limit,
-            since=since,
-            until=until,
-            target=target,
-            task_id=task_id,
-            scope=scope,
-            packet_types=packet_types,
-            path_filters=paths,
-            symbol_filters=symbols,
-            as_of=as_of,
-            provider=provider,
-            model=model,
-            include_superseded=include_superseded,
-            mode=mode,
-            kinds=kinds,
-        )
+        q = RecallQuery(
+            query, limit, since, until, target, task_id, scope, packet_types, paths, symbols,
+            mode=mode, kinds=kinds, include_superseded=include_superseded,
+            fresh_only=fresh_only, provider=provider, model=model, as_of=as_of)
+        answer = store.recall_answer(q, budget_tokens=budget_tokens)
     ctx.emit(answer.to_json(), human=_text)
 
 

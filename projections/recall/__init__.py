@@ -13,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .constants import BOOSTS, K1, MAX_QUERY_CHARS, MAX_QUERY_TERMS, SCOPES, B
+from .query import RecallQuery
 from .snippet import make_snippet
 from .tokenize import tokenize
 from .types import (
@@ -39,6 +40,7 @@ __all__ = [
     "RecallDoc",
     "RecallHit",
     "RecallIndex",
+    "RecallQuery",
     "budget_estimate",
     "est_tokens",
     "make_snippet",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-import re
 import time
 from bisect import bisect_left
 from collections import Counter
@@ -38,39 +37,17 @@ import numpy as np
 
 from . import constants
 from . import segment as S
-from .constants import BOOSTS, K1, MAX_QUERY_CHARS, MAX_QUERY_TERMS, SCOPES, B
+from .constants import BOOSTS, K1, B
+from .query import RecallQuery, as_query, is_path_like, partial_symbol_ok
 from .snippet import make_snippet
 from .tokenize import tokenize
-from .types import RecallDoc, RecallHit, dedupe
+from .types import RecallDoc, RecallHit
 
 _K1P1 = K1 + 1.0
-_TRIM = "\"'`()[]{}<>,;!?"
 _SEPS = frozenset(".:#")
-_IDENT_SHAPED = re.compile(r"_|[a-z][A-Z]|[A-Za-z][0-9]|[0-9][A-Za-z]|\.")
 
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
-
-
-def query_words(query: str) -> list[str]:
-    """Whitespace-separated words of a query, outer punctuation trimmed."""
-    out = []
-    for w in query.split():
-        w = w.strip(_TRIM)
-        if w.endswith((".", ":")):
-            w = w.rstrip(".:")
-        if w:
-            out.append(w)
-    return dedupe(out)
-
-
-def is_path_like(w: str) -> bool:
-    return "/" in w or "\\" in w or ("." in w.strip("."))
-
-
-def partial_symbol_ok(w: str) -> bool:
-    """Prefix/contains symbol matching only for identifier-shaped words of 4+ chars."""
-    return len(w) >= 4 and _IDENT_SHAPED.search(w) is not None
 
 
 def sym_level(v: str, w: str, partial: bool) -> int:
@@ -1639,89 +1616,49 @@ class RecallIndex:
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     # ------------------------------------------------------------ search
-    def rank(
-        self,
-        query: str,
-        limit: int = 8,
-        since: float | None = None,
-        until: float | None = None,
-        target: str | None = None,
-        task_id: str | None = None,
-        scope: str = "global",
-        packet_types: Sequence[str] = (),
-        path_filters: Sequence[str] = (),
-        symbol_filters: Sequence[str] = (),
-        live_after: float | None = None,
-    ) -> list[tuple[str, float]]:
+    def rank(self, query: RecallQuery | str, **options: Any) -> list[tuple[str, float]]:
         """The ranking core of :meth:`search`: ``[(cache_key, score)]``, best first.
 
-        Same arguments (no ``now``: ages are not needed), same validation, same
-        filters, scopes, boosts, exact scores and order as ``search`` — only the
-        :class:`RecallHit` objects (snippet, matched tokens/paths/symbols,
-        reasons, budget) are not built.  This is the like-for-like call for
-        comparing with engines that return (doc, score) pairs.
+        ``query``: a :class:`RecallQuery`, or its text with the other fields as
+        keywords (``rank("login", limit=3, live_after=t)``). Same filters, scopes,
+        boosts, exact scores and order as ``search`` — only the :class:`RecallHit`
+        objects (snippet, matched tokens/paths/symbols, reasons, budget) are not
+        built. The like-for-like call for engines that return (doc, score) pairs.
         """
-        got = self._ranked(query, limit, since, until, target, task_id, scope, packet_types,
-                           path_filters, symbol_filters, live_after, False)
+        got = self._ranked(as_query(query, options), False)
         if not got:
             return []
         key = self._key_of
         return [(key(d), sc) for sc, d, _ in got[1]]
 
-    def search(
-        self,
-        query: str,
-        limit: int = 8,
-        since: float | None = None,
-        until: float | None = None,
-        target: str | None = None,
-        task_id: str | None = None,
-        scope: str = "global",
-        packet_types: Sequence[str] = (),
-        path_filters: Sequence[str] = (),
-        symbol_filters: Sequence[str] = (),
-        live_after: float | None = None,
-        now: float | None = None,
-    ) -> list[RecallHit]:
+    def search(self, query: RecallQuery | str, now: float | None = None, **options: Any
+               ) -> list[RecallHit]:
         """Ranked live entries for ``query`` as full hits (see docs/recall.md).
 
-        ``search`` = :meth:`rank` + building a :class:`RecallHit` per ranked entry.
+        ``search`` = :meth:`rank` + building a :class:`RecallHit` per ranked entry
+        (``now``, default the clock: the hits' ages).
         """
-        got = self._ranked(query, limit, since, until, target, task_id, scope, packet_types,
-                           path_filters, symbol_filters, live_after, True)
+        rq = as_query(query, options)
+        got = self._ranked(rq, True)
         if not got:
             return []
         q, ranked = got
         if now is None:
             now = time.time()
         hit = self._hit
-        return [hit(d, sc, m, q, task_id, now) for sc, d, m in ranked]
+        return [hit(d, sc, m, q, rq.task_id, now) for sc, d, m in ranked]
 
-    def hits_for(
-        self,
-        ranked: Sequence[tuple[str, float]],
-        query: str,
-        since: float | None = None,
-        until: float | None = None,
-        target: str | None = None,
-        task_id: str | None = None,
-        scope: str = "global",
-        packet_types: Sequence[str] = (),
-        path_filters: Sequence[str] = (),
-        symbol_filters: Sequence[str] = (),
-        live_after: float | None = None,
-        now: float | None = None,
-    ) -> list[RecallHit]:
+    def hits_for(self, ranked: Sequence[tuple[str, float]], query: RecallQuery | str,
+                 now: float | None = None, **options: Any) -> list[RecallHit]:
         """Full hits for ``ranked`` ``(cache_key, score)`` pairs that :meth:`rank` gave for
-        the same query and filters, with the caller's scores: a re-ranker on top of
-        ``rank`` builds hits only for the entries it keeps."""
+        the same query, with the caller's scores: a re-ranker on top of ``rank``
+        builds hits only for the entries it keeps."""
         if not ranked:
             return []
-        got = self._prepare(query, len(ranked), since, until, target, task_id, scope,
-                            packet_types, path_filters, symbol_filters, live_after, False)
-        if got is None:
+        rq = as_query(query, options)
+        q = self._prepare(rq, False)
+        if q is None:
             raise ValueError("hits_for: these entries were not ranked for this query")
-        q = got[0]
         if now is None:
             now = time.time()
         out = []
@@ -1729,22 +1666,19 @@ class RecallIndex:
             d = self._doc_id(key)
             if d < 0:
                 raise ValueError(f"hits_for: {key} is not in the index")
-            out.append(self._hit(d, sc, None, q, task_id, now))
+            out.append(self._hit(d, sc, None, q[0], rq.task_id, now))
         return out
 
-    def _ranked(self, query: str, limit: int, since: float | None, until: float | None,
-                target: str | None, task_id: str | None, scope: str,
-                packet_types: Sequence[str], path_filters: Sequence[str],
-                symbol_filters: Sequence[str], live_after: float | None, matched: bool
-                ) -> tuple[_Query, list[Any]] | None:
-        """Validate, resolve and rank: (query state, [(score, doc, matched tokens or None)])."""
-        got = self._prepare(query, limit, since, until, target, task_id, scope, packet_types,
-                            path_filters, symbol_filters, live_after, matched)
+    def _ranked(self, rq: RecallQuery, matched: bool) -> tuple[_Query, list[Any]] | None:
+        """Resolve and rank: (query state, [(score, doc, matched tokens or None)])."""
+        limit = rq.limit
+        if limit == 0:
+            return None
+        got = self._prepare(rq, matched)
         if got is None:
             return None
         q, task_docs = got
-        limit = 8 if limit is None else limit
-        if scope == "task-first":
+        if rq.scope == "task-first":
             assert task_docs is not None
             saved = q.restrict
             q.restrict = task_docs if saved is None else saved[_isin_sorted(saved, task_docs)]
@@ -1756,40 +1690,14 @@ class RecallIndex:
             ranked = self._rank(q, limit, None)
         return q, ranked
 
-    def _prepare(self, query: str, limit: int, since: float | None, until: float | None,
-                 target: str | None, task_id: str | None, scope: str,
-                 packet_types: Sequence[str], path_filters: Sequence[str],
-                 symbol_filters: Sequence[str], live_after: float | None, matched: bool
+    def _prepare(self, rq: RecallQuery, matched: bool
                  ) -> tuple[_Query, np.ndarray | None] | None:
-        """Validate and resolve: (query state, the task's docs or None); None: no hits."""
-        if scope not in SCOPES:
-            raise ValueError(f"unknown scope {scope!r}: expected one of {', '.join(SCOPES)}")
-        if limit is None:
-            limit = 8
-        if not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
-        if query and len(query) > MAX_QUERY_CHARS:
-            raise ValueError(f"query is {len(query)} characters long; at most {MAX_QUERY_CHARS}")
-        if scope != "global" and not task_id:
-            raise ValueError(f"scope {scope} needs a task id")
-        packet_types = tuple(packet_types) if packet_types else ()
-        path_filters = tuple(p for p in path_filters if p) if path_filters else ()
-        symbol_filters = tuple(s for s in symbol_filters if s) if symbol_filters else ()
-        qtoks = list(dict.fromkeys(tokenize(query))) if query else []
-        if len(qtoks) > MAX_QUERY_TERMS:
-            raise ValueError(f"query has {len(qtoks)} distinct terms; at most {MAX_QUERY_TERMS}")
-        has_filter = bool(since is not None or until is not None or target is not None
-                          or packet_types or path_filters or symbol_filters
-                          or (task_id and scope != "global"))
-        if not qtoks and not has_filter:
-            raise ValueError("empty query: give query text or at least one filter "
-                             "(since, until, target, packet type, path, symbol, task scope)")
-        if limit == 0:
-            return None
-        la = live_after
+        """Resolve a (validated) query: (query state, the task's docs or None); None: no hits."""
+        la = rq.live_after
         N, total, i0 = self._stats(la)
         if N == 0:
             return None
+        since, until, task_id = rq.since, rq.until, rq.task_id
         q = _Query()
         q.matched = matched
         q.avgdl = total / N if total > 0 else 1.0
@@ -1799,22 +1707,23 @@ class RecallIndex:
             q.lo = max(q.lo, int(np.searchsorted(self._seg["created"], since, "left")))
         if until is not None and self._nb:
             q.hi = int(np.searchsorted(self._seg["created"], until, "right"))
+        qtoks = rq.tokens
         q.ntok = len(qtoks)
         for tok in qtoks:
             t = self._resolve(tok, q, N)
             if t is not None:
                 q.terms.append(t)
         if qtoks:
-            self._structured(query_words(query), q)
+            self._structured(rq.words(), q)
         task_docs = None
         if task_id:
             ids, dv = self._table_exact("task", task_id.lower())
             task_docs = _uniq(self._value_docs("task", ids, dv))
         if q.ntok and not q.terms and not q.boost:
             return None  # nothing matches (filters can only narrow)
-        if has_filter:
-            self._filter_sets(q, packet_types, path_filters, symbol_filters, target,
-                              task_docs if scope == "task-only" else None)
+        if rq.has_filter:
+            self._filter_sets(q, rq.packet_types, rq.path_filters, rq.symbol_filters, rq.target,
+                              task_docs if rq.scope == "task-only" else None)
         return q, task_docs
 
     # ------------------------------------------------------------ hits
