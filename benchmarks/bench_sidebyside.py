@@ -9,8 +9,8 @@ best of 3) and the same store (``ContextStore.put_many`` of the same packets in
 a temporary directory, reopened), then answer the seeded query mix of
 ``benchmarks/bench_recall.py`` (``make_queries``). Answers: every query's
 ``RecallIndex.rank`` pairs (scores as ``repr``), ``RecallIndex.search`` hits
-and ``store.recall`` hits as JSON (``age_secs`` left out: it follows the
-clock), compared byte for byte. Timing: ``--rounds`` rounds, in each the old
+and ``store.recall`` hits as JSON (the stores run on one fixed clock, so that
+``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing: ``--rounds`` rounds, in each the old
 then the new worker (the order alternating by round) answer the whole query set
 per call; the median per query over the rounds, then p50/p95 per class.
 """
@@ -50,10 +50,10 @@ for _ in range(3):
 gc.unfreeze()
 idx = RecallIndex.build(docs)
 root = tempfile.mkdtemp(prefix="sbs-", dir=os.environ.get("WORKDIR"))
-store = ContextStore.open(root)
+store = ContextStore.open(root, clock=lambda: 1.8e9)  # one fixed clock: same created_at
 store.put_many(packets)
 store.close()
-store = ContextStore.open(root)
+store = ContextStore.open(root, clock=lambda: 1.8e9)
 del packets, docs, meta
 gc.collect()
 
@@ -70,9 +70,7 @@ def recall(q):
     return store.recall(q["query"], limit=8, **kw(q))
 
 def hit_json(h):
-    d = h.to_json()
-    d.pop("age_secs")
-    return d
+    return h.to_json()
 
 calls = {"rank": rank, "search": search, "recall": recall}
 recall(queries[0])  # warm-up (the store's first query opens its views)

@@ -386,7 +386,7 @@ def test_hex_keys_and_other_keys_round_trip_through_bytes() -> None:
                 max_size=12), st.text(alphabet="abcAB_.", min_size=1, max_size=5))
 def test_symbol_partial_matches_equal_a_scan(symbols: list[str], word: str) -> None:
     """The trigram index finds exactly the symbols a plain scan finds."""
-    from projections.recall.index import sym_level
+    from projections.recall.match import sym_level
     from projections.recall.query import is_path_like, partial_symbol_ok, query_words
     docs = [doc(f"k{i}", "x", float(i), symbols=(s,)) for i, s in enumerate(symbols)]
     wl = word.lower()
