@@ -10,9 +10,10 @@ a temporary directory, reopened), then answer the seeded query mix of
 ``benchmarks/bench_recall.py`` (``make_queries``). Answers: every query's
 ``RecallIndex.rank`` pairs (scores as ``repr``), ``RecallIndex.search`` hits
 and ``store.recall`` hits as JSON (the stores run on one fixed clock, so that
-``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing: ``--rounds`` rounds, in each the old
-then the new worker (the order alternating by round) answer the whole query set
-per call; the median per query over the rounds, then p50/p95 per class.
+``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing:
+``--rounds`` rounds, in each the old then the new worker (the order
+alternating by round) answer the whole query set per call; the median per
+query over the rounds, then p50/p95 per class.
 """
 
 from __future__ import annotations

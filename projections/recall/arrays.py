@@ -51,7 +51,7 @@ class HashTable:
         n = len(key)
         pos = crc32(key) & mask
         while True:
-            i = h[pos]
+            i: int = h[pos]
             if i < 0:
                 return -1
             s = off[i]
@@ -122,7 +122,8 @@ def isin_sorted(D: np.ndarray, R: np.ndarray) -> np.ndarray:
         return np.zeros(len(D), dtype=bool)
     j = R.searchsorted(D)
     np.minimum(j, len(R) - 1, out=j)
-    return R[j] == D
+    hit: np.ndarray = R[j] == D
+    return hit
 
 
 def merge(lists: list[tuple[np.ndarray, np.ndarray, bool]]) -> tuple[np.ndarray, np.ndarray]:

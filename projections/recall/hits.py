@@ -34,35 +34,23 @@ def fields(ix: RecallIndex, d: int) -> tuple[str, str, tuple[str, ...], tuple[st
 
 
 def hit(ix: RecallIndex, d: int, score: float, matched: list[str] | None, q: QueryState,
-         task_id: str | None, now: float) -> RecallHit:
+        task_id: str | None, now: float) -> RecallHit:
+    """The :class:`RecallHit` of ranked doc ``d``: fields, matched values, reasons,
+    snippet (over summary, paths, symbols and tests: the index keeps no payload),
+    budget estimate and age."""
     key, summary, paths, symbols, tests, task_ids, ptypes = fields(ix, d)
     if matched is None:
         matched = [t.tok for t in q.terms if tf_py(ix, t, d)]
     reasons = ["bm25_text"] if matched else []
-    mpaths: list[str] = []
-    msyms: list[str] = []
     kd = q.kind_docs
     # only docs that got a path/symbol boost, or a path/symbol filter, can match
-    if paths and (d in kd["path"] or q.filter_rules):
-        cpaths = [S.canon_path(p) for p in paths]
-        for kind, w, mode in q.rules:
-            if kind == "path" or kind == "pathf":
-                for p, cp in zip(paths, cpaths, strict=True):
-                    lv = path_level(cp, w)
-                    if (lv == 2 or (lv == 1 and (mode == 1 or kind == "pathf"))) \
-                            and p not in mpaths:
-                        mpaths.append(p)
-        if mpaths:
-            reasons.append("path_match")
-    if symbols and (d in kd["sym"] or q.filter_rules):
-        lsyms = [s.lower() for s in symbols]
-        for kind, w, mode in q.rules:
-            if kind == "sym" or kind == "symf":
-                for s_, ls in zip(symbols, lsyms, strict=True):
-                    if sym_level(ls, w, mode == 1 or kind == "symf") and s_ not in msyms:
-                        msyms.append(s_)
-        if msyms:
-            reasons.append("symbol_match")
+    mpaths = matched_paths(paths, q) if paths and (d in kd["path"] or q.filter_rules) else []
+    if mpaths:
+        reasons.append("path_match")
+    msyms = matched_symbols(symbols, q) if symbols and (d in kd["sym"] or q.filter_rules) \
+        else []
+    if msyms:
+        reasons.append("symbol_match")
     if d in kd["test"]:
         reasons.append("test_match")
     if d in kd["task"] or (task_id and task_id.lower() in (k.lower() for k in task_ids)):
@@ -77,3 +65,28 @@ def hit(ix: RecallIndex, d: int, score: float, matched: list[str] | None, q: Que
         {"est_tokens": -(-est // 4) if est > 0 else 0, "est_bytes": est},
         created, max(0.0, now - created),
     )
+
+
+def matched_paths(paths: tuple[str, ...], q: QueryState) -> list[str]:
+    """The entry's paths a query word or a path filter matched, in rule order."""
+    out: list[str] = []
+    cpaths = [S.canon_path(p) for p in paths]
+    for kind, w, mode in q.rules:
+        if kind == "path" or kind == "pathf":
+            for p, cp in zip(paths, cpaths, strict=True):
+                lv = path_level(cp, w)
+                if (lv == 2 or (lv == 1 and (mode == 1 or kind == "pathf"))) and p not in out:
+                    out.append(p)
+    return out
+
+
+def matched_symbols(symbols: tuple[str, ...], q: QueryState) -> list[str]:
+    """The entry's symbols a query word or a symbol filter matched, in rule order."""
+    out: list[str] = []
+    lsyms = [s.lower() for s in symbols]
+    for kind, w, mode in q.rules:
+        if kind == "sym" or kind == "symf":
+            for s_, ls in zip(symbols, lsyms, strict=True):
+                if sym_level(ls, w, mode == 1 or kind == "symf") and s_ not in out:
+                    out.append(s_)
+    return out

@@ -106,53 +106,14 @@ def sym_partial(ix: RecallIndex, w: str) -> tuple[list[tuple[int, int]], list[tu
     """Symbols containing ``w`` (lowercased): ([(base value id, level)], [(delta, level)])."""
     wb = S.enc(w)
     base: list[tuple[int, int]] = []
-    seg = ix._seg
-    ncode = len(ix._mv["tg_code"])
-    if len(wb) >= 3 and ncode:
-        # a symbol containing w contains every trigram of w: look up all of
-        # them (a bisect each), start from the rarest list and keep only the
-        # candidates found in the next rarest lists, then check the rest
-        code, off = ix._mv["tg_code"], ix._mv["tg_off"]
-        spans: list[tuple[int, int]] = []
-        # non-overlapping trigrams (and the last one) cover every byte of w;
-        # a few bisects, no numpy call
-        n = len(wb) - 2
-        for i in sorted({*range(0, n, 3), n - 1}):
-            c = (wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2]
-            p = bisect_left(code, c)
-            if p == ncode or code[p] != c:
-                spans = []
-                break
-            spans.append((off[p + 1] - off[p], p))
-        if spans:
-            spans.sort()
-            tv = ix._mv["tg_val"]
-            p = spans[0][1]
-            cands: Any = seg["tg_val"][off[p] : off[p + 1]]
-            for _, p in spans[1:]:
-                if len(cands) <= 8:
-                    break
-                s0, e0 = off[p], off[p + 1]
-                if isinstance(cands, list) or len(cands) <= 24:
-                    keep = []
-                    for v in (cands if isinstance(cands, list) else cands.tolist()):
-                        j = bisect_left(tv, v, s0, e0)
-                        if j < e0 and tv[j] == v:
-                            keep.append(v)
-                    cands = keep
-                else:  # sorted arrays: vectorised membership
-                    L = seg["tg_val"][s0:e0]
-                    j = np.searchsorted(L, cands)
-                    np.minimum(j, len(L) - 1, out=j)
-                    cands = cands[L[j] == cands]
-            if not isinstance(cands, list):
-                cands = cands.tolist()
-            for v in sorted(set(cands)):
-                lv = sym_level(value_str(ix, "sym", v).lower(), w, True)
-                if lv:
-                    base.append((v, lv))
-    elif len(wb) < 3:
+    if len(wb) >= 3:
+        for v in trigram_candidates(ix, wb):
+            lv = sym_level(value_str(ix, "sym", v).lower(), w, True)
+            if lv:
+                base.append((v, lv))
+    else:
         if ix._lowvals is None:
+            seg = ix._seg
             ix._lowvals = [v.lower() for v in S.decode_strings(seg["sym_vblob"],
                                                                  seg["sym_voff"])]
         for v, low in enumerate(ix._lowvals):
@@ -160,12 +121,58 @@ def sym_partial(ix: RecallIndex, w: str) -> tuple[list[tuple[int, int]], list[tu
                 lv = sym_level(low, w, True)
                 if lv:
                     base.append((v, lv))
-    delta = []
-    for v in ix._dvals["sym"]:
-        lv = sym_level(v.lower(), w, True)
+    delta: list[tuple[str, int]] = []
+    for raw in ix._dvals["sym"]:
+        lv = sym_level(raw.lower(), w, True)
         if lv:
-            delta.append((v, lv))
+            delta.append((raw, lv))
     return base, delta
+
+
+def trigram_candidates(ix: RecallIndex, wb: bytes) -> list[int]:
+    """Base symbol value ids that may contain ``wb`` (3+ bytes), sorted: those having
+    every trigram of it (a superset of the matches; the caller checks each).
+
+    Non-overlapping trigrams (and the last one) cover every byte of ``wb``: a few
+    bisects, no numpy call. The rarest trigram's list is the start, narrowed by
+    the next rarest lists while more than 8 candidates are left.
+    """
+    mv, seg = ix._mv, ix._seg
+    code, off = mv["tg_code"], mv["tg_off"]
+    ncode = len(code)
+    if not ncode:
+        return []
+    spans: list[tuple[int, int]] = []
+    n = len(wb) - 2
+    for i in sorted({*range(0, n, 3), n - 1}):
+        c = (wb[i] << 16) | (wb[i + 1] << 8) | wb[i + 2]
+        p = bisect_left(code, c)
+        if p == ncode or code[p] != c:
+            return []
+        spans.append((off[p + 1] - off[p], p))
+    spans.sort()
+    tv = mv["tg_val"]
+    p = spans[0][1]
+    cands: Any = seg["tg_val"][off[p] : off[p + 1]]
+    for _, p in spans[1:]:
+        if len(cands) <= 8:
+            break
+        s0, e0 = off[p], off[p + 1]
+        if isinstance(cands, list) or len(cands) <= 24:
+            keep = []
+            for v in (cands if isinstance(cands, list) else cands.tolist()):
+                j = bisect_left(tv, v, s0, e0)
+                if j < e0 and tv[j] == v:
+                    keep.append(v)
+            cands = keep
+        else:  # sorted arrays: vectorised membership
+            L = seg["tg_val"][s0:e0]
+            j = np.searchsorted(L, cands)
+            np.minimum(j, len(L) - 1, out=j)
+            cands = cands[L[j] == cands]
+    if not isinstance(cands, list):
+        cands = cands.tolist()
+    return sorted(set(cands))
 
 
 def valid_fn_live(ix: RecallIndex, q: QueryState) -> Any:
@@ -182,42 +189,7 @@ def valid_fn_live(ix: RecallIndex, q: QueryState) -> Any:
 def match_word(ix: RecallIndex, w: str, q: QueryState, add: Any) -> None:
     """Structured matches of one query word: ``add(docs, boost, kind)``."""
     wl = w.lower()
-    path_hit = False
-    if is_path_like(w):
-        cw = S.canon_path(w)
-        ids, dv = table_exact(ix, "path", cw)
-        if ids or dv:
-            path_hit = True
-            exact: list[int] = []
-            alias: list[int] = []
-            alias_paths: set[str] = set()
-            live_ok = valid_fn_live(ix, q)
-            for i in ids:
-                v = S.canon_path(value_str(ix, "path", i))
-                docs = value_docs(ix, "path", (i,), ())
-                if path_level(v, cw) == 2:
-                    exact.extend(docs)
-                else:
-                    alias.extend(docs)
-                    if any(live_ok(d) for d in docs):
-                        alias_paths.add(v)
-            for raw in dv:
-                v = S.canon_path(raw)
-                docs = value_docs(ix, "path", (), (raw,))
-                if path_level(v, cw) == 2:
-                    exact.extend(docs)
-                else:
-                    alias.extend(docs)
-                    if any(live_ok(d) for d in docs):
-                        alias_paths.add(v)
-            if any(live_ok(d) for d in exact):
-                # a live path equal to the word counts for the uniqueness too
-                alias_paths.add(cw)
-            unique = bool(alias) and len(alias_paths) == 1
-            q.rules.append(("path", cw, 1 if unique else 0))
-            add(exact, BOOSTS["path_exact"], "path")
-            if unique:
-                add(alias, BOOSTS["path_alias"], "path")
+    path_hit = is_path_like(w) and match_path(ix, w, q, add)
     if len(wl) < 2:
         return
     ids, dv = table_exact(ix, "sym", wl)
@@ -238,6 +210,38 @@ def match_word(ix: RecallIndex, w: str, q: QueryState, add: Any) -> None:
     ids, dv = table_exact(ix, "task", wl)
     if ids or dv:
         add(value_docs(ix, "task", ids, dv), BOOSTS["task_exact"], "task")
+
+
+def match_path(ix: RecallIndex, w: str, q: QueryState, add: Any) -> bool:
+    """Path matches of a path-like word (exact or suffix; a basename naming exactly
+    one live path as an alias): ``add(docs, boost, "path")``; whether any path matched."""
+    cw = S.canon_path(w)
+    ids, dv = table_exact(ix, "path", cw)
+    if not ids and not dv:
+        return False
+    exact: list[int] = []
+    alias: list[int] = []
+    alias_paths: set[str] = set()
+    live_ok = valid_fn_live(ix, q)
+    found = [(S.canon_path(value_str(ix, "path", i)), value_docs(ix, "path", (i,), ()))
+             for i in ids]
+    found += [(S.canon_path(raw), value_docs(ix, "path", (), (raw,))) for raw in dv]
+    for v, docs in found:
+        if path_level(v, cw) == 2:
+            exact.extend(docs)
+        else:
+            alias.extend(docs)
+            if any(live_ok(d) for d in docs):
+                alias_paths.add(v)
+    if any(live_ok(d) for d in exact):
+        # a live path equal to the word counts for the uniqueness too
+        alias_paths.add(cw)
+    unique = bool(alias) and len(alias_paths) == 1
+    q.rules.append(("path", cw, 1 if unique else 0))
+    add(exact, BOOSTS["path_exact"], "path")
+    if unique:
+        add(alias, BOOSTS["path_alias"], "path")
+    return True
 
 
 def structured(ix: RecallIndex, words: list[str], q: QueryState) -> None:

@@ -220,7 +220,20 @@ def rank_maxscore(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | 
         D, P = cand[keep], part[keep]
     else:
         D, P = (cand, part) if valid is None else (cand[valid], part[valid])
-    # probe the unprocessed terms one at a time while that prunes a lot
+    D, P = probe(ix, q, D, P, remaining, rem_ub, k)
+    sc, tfm = exact_np(ix, q, D)
+    top = top_np(ix, q, D, sc, k, tfm)
+    if tail is None:
+        return top
+    return rank_tail(ix, q, top, cand, tail, k, exclude)
+
+
+def probe(ix: RecallIndex, q: QueryState, D: np.ndarray, P: np.ndarray,
+          remaining: list[Unit], rem_ub: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Probe the unprocessed terms for candidates ``D`` (partial scores ``P``) one at a
+    time, best bound first, dropping the candidates that can no longer reach the
+    k-th best, while more than ``4k + 32`` are left (a probe then prunes a lot)."""
+    terms = q.terms
     left_by: dict[int, float] = {}
     kinds: dict[int, set[str]] = {}
     for u in remaining:
@@ -245,13 +258,16 @@ def rank_maxscore(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | 
             th = float(np.partition(P, len(P) - k)[len(P) - k])
             keep = P + left >= th - 1e-9 * (1.0 + abs(th))
             D, P, nrm = D[keep], P[keep], nrm[keep]
-    sc, tfm = exact_np(ix, q, D)
-    top = top_np(ix, q, D, sc, k, tfm)
-    if tail is None:
-        return top
+    return D, P
+
+
+def rank_tail(ix: RecallIndex, q: QueryState, top: list[Any], cand: np.ndarray, tail: Unit,
+              k: int, exclude: np.ndarray | None) -> list[Any]:
+    """The top ``k`` with the last unit's docs outside ``cand`` added: walked in its
+    impact order, or, when the walk gives up, that term's postings scored in full."""
+    terms = q.terms
     seen = Member(cand, ix._n)
-    walked = walk(ix, q, tail.t, k, seen, valid_fn(ix, q, exclude),
-                        lo_only=tail.kind == "lo")
+    walked = walk(ix, q, tail.t, k, seen, valid_fn(ix, q, exclude), lo_only=tail.kind == "lo")
     if walked is None:
         # too much skipping: score the tail term in full
         j = tail.j

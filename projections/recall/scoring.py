@@ -164,7 +164,8 @@ def tf_np(ix: RecallIndex, t: Term, D: np.ndarray, delta: bool = True) -> np.nda
     nb = ix._nb
     if t.big >= 0:
         if len(D) and int(D[-1]) < nb:
-            return ix._rows[t.big][D].astype(np.int64)
+            got: np.ndarray = ix._rows[t.big][D].astype(np.int64)
+            return got
         out = np.zeros(len(D), dtype=np.int64)
         inb = D < nb
         out[inb] = ix._rows[t.big][D[inb]]
@@ -201,12 +202,14 @@ def tf_py(ix: RecallIndex, t: Term, d: int) -> int:
             t.ddict = dict(zip(t.dd.tolist(), t.dt.tolist(), strict=True))
         return t.ddict.get(d, 0)
     if t.big >= 0:
-        return ix._rowmv[t.big][d]
+        tf: int = ix._rowmv[t.big][d]
+        return tf
     if t.e > t.s:
         pd = ix._mv["post_doc"]
         j = bisect_left(pd, d, t.s, t.e)
         if j < t.e and pd[j] == d:
-            return ix._mv["post_tf"][j]
+            tf = ix._mv["post_tf"][j]
+            return tf
     return 0
 
 
@@ -309,13 +312,16 @@ def length_norm(ix: RecallIndex, q: QueryState, D: np.ndarray) -> np.ndarray:
     c = ix._nrmc
     key = (q.avgdl, ix._version, ix._n)
     if c is not None and c[0] == key:
-        return c[1][D]
+        cached: np.ndarray = c[1][D]
+        return cached
     if ix._nrm_last == key and ix._n:
-        arr = K1 * (1.0 - B + B * (ix._dl[: ix._n] / q.avgdl))
+        arr: np.ndarray = K1 * (1.0 - B + B * (ix._dl[: ix._n] / q.avgdl))
         ix._nrmc = (key, arr)
-        return arr[D]
+        got: np.ndarray = arr[D]
+        return got
     ix._nrm_last = key
-    return K1 * (1.0 - B + B * (ix._dl[D] / q.avgdl))
+    norm: np.ndarray = K1 * (1.0 - B + B * (ix._dl[D] / q.avgdl))
+    return norm
 
 
 def valid_np(ix: RecallIndex, q: QueryState, D: np.ndarray, exclude: np.ndarray | None
