@@ -56,6 +56,9 @@ PAIR_MIN = 512
 #: ... and queries of more terms, when their small terms (but the rarest) have at
 #: most this many postings (and at most 1/16 of it are docs to score)
 MULTI_MAX = 8192
+#: ... of which the rarest terms are taken whole up to this many postings (the rest
+#: contribute the docs having two or more of them)
+MULTI_WHOLE = 256
 #: neither shortcut when more docs than this got a structured boost (a path
 #: query's many files): MaxScore starts from those docs instead
 SHORTCUT_BOOSTS = 256

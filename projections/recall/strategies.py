@@ -70,7 +70,7 @@ def rank_multi(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | Non
     bound = sum(t.ub for t in terms if t.big >= 0)
     pdoc = ix._seg["post_doc"]
     full: list[np.ndarray] = []  # docs of the rarest terms, taken whole
-    budget = 256
+    budget = constants.MULTI_WHOLE
     i = 0
     while i < len(small) and small[i].df <= budget:
         budget -= small[i].df
