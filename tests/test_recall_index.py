@@ -342,7 +342,7 @@ def test_big_term_walk_known_answer() -> None:
 def test_bulk_build_texts_with_the_internal_separator_word(sep: str) -> None:
     """The bulk tokenizer joins texts with a separator word; texts containing it still work
     (in ASCII chunks, split as bytes, and in non-ASCII ones)."""
-    from projections.recall import segment as segment_mod
+    from projections.recall import bulk_tokens as segment_mod
     s = segment_mod._SENTINEL if sep == "SEP" else sep
     docs = [doc("a", f"x {s} y", 1.0, payload=(f"a{s}", "")), doc("b", s, 2.0),
             doc("c", f"plain {s}x", 3.0), doc("d", "", 4.0, payload=(f"{s} {s}",)),

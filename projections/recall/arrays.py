@@ -7,12 +7,17 @@ trick lives, with the reason next to it.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from zlib import crc32
 
 import numpy as np
+
+I32 = np.int32
+I64 = np.int64
+U8 = np.uint8
 
 EMPTY_I = np.zeros(0, dtype=np.int64)
 EMPTY_F = np.zeros(0, dtype=np.float64)
@@ -175,3 +180,104 @@ def union(lists: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nd
         return d, v
     starts = np.flatnonzero(first)
     return d[starts], np.add.reduceat(v, starts)
+
+
+# ---------------------------------------------------------------- building arrays
+def off_dtype(maxval: int) -> Any:
+    return np.uint32 if maxval < (1 << 32) else I64
+
+
+def uint_dtype(maxval: int) -> Any:
+    if maxval < (1 << 8):
+        return np.uint8
+    if maxval < (1 << 16):
+        return np.uint16
+    if maxval < (1 << 32):
+        return np.uint32
+    return np.uint64
+
+
+def offsets(lens: np.ndarray) -> np.ndarray:
+    """CSR offsets (n+1) of the given lengths, in the narrowest offset dtype."""
+    off = np.zeros(len(lens) + 1, dtype=I64)
+    if len(lens):
+        np.cumsum(lens, out=off[1:])
+    return off.astype(off_dtype(int(off[-1])))
+
+
+def strings_blob(items: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenation + offsets (n+1)."""
+    lens = np.fromiter(map(len, items), dtype=I64, count=len(items))
+    return np.frombuffer(b"".join(items), dtype=U8), offsets(lens)
+
+
+def gather_ranges(off: np.ndarray, data: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Concatenate ``data[off[i]:off[i+1]]`` for each i in ``ids``."""
+    if len(ids) == 0:
+        return data[:0]
+    if len(ids) == 1:
+        i = int(ids[0])
+        return data[int(off[i]) : int(off[i + 1])]
+    starts = off[ids].astype(I64)
+    lens = off[ids + 1].astype(I64) - starts
+    total = int(lens.sum())
+    if total == 0:
+        return data[:0]
+    csum = np.cumsum(lens)
+    idx = np.repeat(starts - (csum - lens), lens) + np.arange(total, dtype=I64)
+    return data[idx]
+
+
+def build_hash(items: Sequence[bytes]) -> np.ndarray:
+    """Open-addressing table (linear probing, load <= 0.8) of item ids keyed by crc32."""
+    n = len(items)
+    size = 8
+    while size < n + n // 4 + 1:
+        size <<= 1
+    mask = size - 1
+    table = np.full(size, -1, dtype=I32)
+    if n == 0:
+        return table
+    pos = np.fromiter(map(zlib.crc32, items), dtype=np.uint32, count=n).astype(I64) & mask
+    pending = np.arange(n, dtype=I64)
+    while len(pending):
+        empty = table[pos] == -1
+        idx = np.flatnonzero(empty)
+        if len(idx):
+            u, first = _first_of_each(pos[idx])
+            winners = idx[first]
+            table[u] = pending[winners]
+            placed = np.zeros(len(pending), dtype=bool)
+            placed[winners] = True
+            keep = ~placed
+            pending = pending[keep]
+            pos = pos[keep]
+        pos = (pos + 1) & mask
+    return table
+
+
+def _first_of_each(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values of ``x`` (ints in [0, 2**32)) and the index of each one's
+    first occurrence: ``np.unique(x, return_index=True)`` with one plain sort of
+    ``value << 32 | index`` (no stable argsort)."""
+    key = (x.astype(np.uint64) << np.uint64(32)) | np.arange(len(x), dtype=np.uint64)
+    key.sort()
+    hi = key >> np.uint64(32)
+    first = np.empty(len(key), dtype=bool)
+    first[:1] = True
+    np.not_equal(hi[1:], hi[:-1], out=first[1:])
+    key = key[first]
+    return (key >> np.uint64(32)).view(I64), (key & np.uint64(0xFFFFFFFF)).view(I64)
+
+
+def sort_pairs(a: np.ndarray, b: np.ndarray, dedupe: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Sort (a, b) int pairs (both < 2**31) by (a, b); optionally drop duplicates."""
+    if len(a) == 0:
+        return a.astype(I64), b.astype(I64)
+    key = (a.astype(np.uint64) << np.uint64(32)) | b.astype(np.uint64)
+    key = np.sort(key)
+    if dedupe and len(key) > 1:
+        keep = np.ones(len(key), dtype=bool)
+        keep[1:] = key[1:] != key[:-1]
+        key = key[keep]
+    return (key >> np.uint64(32)).astype(I64), (key & np.uint64(0xFFFFFFFF)).astype(I64)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import segment as S
 from .match import gvalue, path_level, sym_level
+from .normalize import canon_path
 from .scoring import QueryState, tf_py
 from .snippet import make_snippet
 from .types import RecallHit
@@ -70,7 +70,7 @@ def hit(ix: RecallIndex, d: int, score: float, matched: list[str] | None, q: Que
 def matched_paths(paths: tuple[str, ...], q: QueryState) -> list[str]:
     """The entry's paths a query word or a path filter matched, in rule order."""
     out: list[str] = []
-    cpaths = [S.canon_path(p) for p in paths]
+    cpaths = [canon_path(p) for p in paths]
     for kind, w, mode in q.rules:
         if kind == "path" or kind == "pathf":
             for p, cp in zip(paths, cpaths, strict=True):

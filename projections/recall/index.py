@@ -30,13 +30,15 @@ from zlib import crc32
 
 import numpy as np
 
-from . import segment as S
 from . import strategies
 from .arrays import EMPTY_I, HashTable, isin_sorted, mview, no_gc, uniq
 from .hits import hit
+from .layout import M_KEYHEX, M_TBASE, decode_strings, seg_from_bytes, seg_to_bytes
 from .match import filter_sets, structured, table_exact, value_docs
+from .normalize import TABLES, dec, doc_table_values, enc, value_keys
 from .query import RecallQuery, as_query
 from .scoring import QueryState, resolve
+from .segment import assemble, empty_segment
 from .tokenize import tokenize
 from .types import RecallDoc, RecallHit
 
@@ -45,7 +47,7 @@ class RecallIndex:
     """BM25 + structured recall over live cache entries (pure, in memory)."""
 
     def __init__(self) -> None:
-        self._load(S.empty_segment())
+        self._load(empty_segment())
 
     # ------------------------------------------------------------ state
     def _load(self, seg: dict[str, np.ndarray]) -> None:
@@ -64,8 +66,8 @@ class RecallIndex:
         self._removed: set[int] = set()
         self._removed_arr: np.ndarray | None = None
         self._dpost: dict[str, dict[int, int]] = {}
-        self._dkeys: dict[str, dict[str, set[str]]] = {t: {} for t in S.TABLES}
-        self._dvals: dict[str, dict[str, set[int]]] = {t: {} for t in S.TABLES}
+        self._dkeys: dict[str, dict[str, set[str]]] = {t: {} for t in TABLES}
+        self._dvals: dict[str, dict[str, set[int]]] = {t: {} for t in TABLES}
         self._dtgt: dict[str, set[int]] = {}
         self._ddocs: dict[int, RecallDoc] = {}
         self._dkey: dict[str, int] = {}
@@ -76,23 +78,23 @@ class RecallIndex:
         self._nrm_last: Any = None
         self._darr: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
         meta = seg["meta"]
-        self._keyhex = bool(int(meta[S.M_KEYHEX]))
-        self._tbase = [int(x) for x in meta[S.M_TBASE :].tolist()]
+        self._keyhex = bool(int(meta[M_KEYHEX]))
+        self._tbase = [int(x) for x in meta[M_TBASE :].tolist()]
         self._terms = HashTable(seg["term_hash"], seg["term_off"], seg["term_blob"])
         self._keyhash = HashTable(seg["key_hash"], seg["key_off"], seg["key_blob"])
         self._tables = {t: HashTable(seg[t + "_khash"], seg[t + "_koff"], seg[t + "_kblob"])
-                        for t in S.TABLES}
+                        for t in TABLES}
         self._mv = {k: mview(seg[k]) for k in (
             "post_off", "post_doc", "post_tf", "term_ub", "est", "imp_off",
             "imp_doc", "imp_goff", "imp_gtf", "imp_gstart", "dv_off", "dv_val", "sum_off",
             "sum_blob", "key_bin", "tgtd_off", "tgtd_doc", "tg_off", "mimp_off", "mimp_pos",
             "mimp_goff", "mimp_gtf", "mimp_gstart", "imp_gdl", "mimp_gdl", "tg_code",
             "tg_val")}
-        for t in S.TABLES:
+        for t in TABLES:
             for part in ("voff", "vblob", "kv_off", "kv_val", "vd_off", "vd_doc"):
                 self._mv[f"{t}_{part}"] = mview(seg[f"{t}_{part}"])
         self._tabs = {t: (self._tables[t], self._mv[t + "_kv_off"], self._mv[t + "_kv_val"])
-                      for t in S.TABLES}
+                      for t in TABLES}
         self._big = {int(t): b for b, t in enumerate(seg["big_tid"].tolist())}
         self._midmap = {int(t): m for m, t in enumerate(seg["mimp_tid"].tolist())}
         self._rows = seg["big_tf"].reshape(len(self._big), nb) if nb else \
@@ -137,7 +139,7 @@ class RecallIndex:
 
     def _targets(self) -> tuple[list[str], dict[str, int]]:
         if self._tnames is None or self._tmap is None:
-            self._tnames = S.decode_strings(self._seg["tgt_blob"], self._seg["tgt_off"])
+            self._tnames = decode_strings(self._seg["tgt_blob"], self._seg["tgt_off"])
             self._tmap = {t: i for i, t in enumerate(self._tnames)}
         return self._tnames, self._tmap
 
@@ -164,7 +166,7 @@ class RecallIndex:
                 if bins[32 * i : 32 * i + 32] == kb:
                     return -1 if i in self._removed else i
                 pos = (pos + 1) & mask
-        i = kh.find(S.enc(cache_key))
+        i = kh.find(enc(cache_key))
         return -1 if (i < 0 or i in self._removed) else i
 
     def _doc_id(self, cache_key: str) -> int:
@@ -186,7 +188,7 @@ class RecallIndex:
         byk = dict(zip(map(_KEY, docs), docs, strict=True))
         idx = cls.__new__(cls)
         with no_gc():
-            idx._load(S.assemble(None, None, list(byk.values())))
+            idx._load(assemble(None, None, list(byk.values())))
         return idx
 
     def add(self, doc: RecallDoc) -> None:
@@ -219,13 +221,13 @@ class RecallIndex:
                 dpost[term] = {i: tf}
             else:
                 p[i] = tf
-        for name in S.TABLES:
+        for name in TABLES:
             dk, dv = self._dkeys[name], self._dvals[name]
-            for v in S.doc_table_values(doc, name):
+            for v in doc_table_values(doc, name):
                 docs = dv.get(v)
                 if docs is None:
                     dv[v] = {i}
-                    for k in S.value_keys(name, v):
+                    for k in value_keys(name, v):
                         dk.setdefault(k, set()).add(v)
                 else:
                     docs.add(i)
@@ -286,16 +288,16 @@ class RecallIndex:
                 p.pop(i, None)
                 if not p:
                     del self._dpost[term]
-        for name in S.TABLES:
+        for name in TABLES:
             dk, dv = self._dkeys[name], self._dvals[name]
-            for v in S.doc_table_values(doc, name):
+            for v in doc_table_values(doc, name):
                 docs = dv.get(v)
                 if docs is None:
                     continue
                 docs.discard(i)
                 if not docs:
                     del dv[v]
-                    for k in S.value_keys(name, v):
+                    for k in value_keys(name, v):
                         ks = dk.get(k)
                         if ks is not None:
                             ks.discard(v)
@@ -314,13 +316,13 @@ class RecallIndex:
             keep = self._alive[: self._nb].astype(bool)
         docs = [self._ddocs[i] for i in sorted(self._ddocs)] + extra
         with no_gc():
-            self._load(S.assemble(self._seg, keep, docs))
+            self._load(assemble(self._seg, keep, docs))
 
     # ------------------------------------------------------------ bytes
     def to_bytes(self) -> bytes:
         """Serialise (merging the delta first); load with :meth:`from_bytes`."""
         self.compact()
-        return S.seg_to_bytes(self._seg)
+        return seg_to_bytes(self._seg)
 
     @classmethod
     def from_bytes(cls, data: Any, verify: bool = True) -> RecallIndex:
@@ -331,7 +333,7 @@ class RecallIndex:
         authenticated container already covers these bytes.
         """
         idx = cls.__new__(cls)
-        idx._load(S.seg_from_bytes(data, verify=verify))
+        idx._load(seg_from_bytes(data, verify=verify))
         return idx
 
     # ------------------------------------------------------------ statistics
@@ -544,7 +546,7 @@ class RecallIndex:
         if self._keyhex:
             return self._mv["key_bin"][32 * d : 32 * d + 32].hex()
         seg = self._seg
-        return S.dec(seg["key_blob"][int(seg["key_off"][d]) : int(seg["key_off"][d + 1])]
+        return dec(seg["key_blob"][int(seg["key_off"][d]) : int(seg["key_off"][d + 1])]
                      .tobytes())
 
 

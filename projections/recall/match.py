@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import segment as S
 from .arrays import EMPTY_I, isin_sorted, union, uniq
 from .constants import BOOSTS
+from .layout import decode_strings
+from .normalize import TABLES, canon_path, dec, enc
 from .query import is_path_like, partial_symbol_ok
 from .scoring import NO_KINDS, QueryState
 
@@ -68,7 +69,7 @@ def table_exact(ix: RecallIndex, name: str, key: str) -> tuple[list[int], list[s
 
 
 def value_str(ix: RecallIndex, name: str, vid: int) -> str:
-    return gvalue(ix, ix._tbase[S.TABLES.index(name)] + vid)[1]
+    return gvalue(ix, ix._tbase[TABLES.index(name)] + vid)[1]
 
 
 def gvalue(ix: RecallIndex, g: int) -> tuple[int, str]:
@@ -79,10 +80,10 @@ def gvalue(ix: RecallIndex, g: int) -> tuple[int, str]:
         ti = 0
         while g >= tb[ti + 1]:
             ti += 1
-        name = S.TABLES[ti]
+        name = TABLES[ti]
         off = ix._mv[name + "_voff"]
         v = g - tb[ti]
-        got = (ti, S.dec(bytes(ix._mv[name + "_vblob"][off[v] : off[v + 1]])))
+        got = (ti, dec(bytes(ix._mv[name + "_vblob"][off[v] : off[v + 1]])))
         if len(ix._vcache) > 200_000:
             ix._vcache.clear()
         ix._vcache[g] = got
@@ -104,7 +105,7 @@ def value_docs(ix: RecallIndex, name: str, ids: Iterable[int], dvals: Iterable[s
 
 def sym_partial(ix: RecallIndex, w: str) -> tuple[list[tuple[int, int]], list[tuple[str, int]]]:
     """Symbols containing ``w`` (lowercased): ([(base value id, level)], [(delta, level)])."""
-    wb = S.enc(w)
+    wb = enc(w)
     base: list[tuple[int, int]] = []
     if len(wb) >= 3:
         for v in trigram_candidates(ix, wb):
@@ -114,7 +115,7 @@ def sym_partial(ix: RecallIndex, w: str) -> tuple[list[tuple[int, int]], list[tu
     else:
         if ix._lowvals is None:
             seg = ix._seg
-            ix._lowvals = [v.lower() for v in S.decode_strings(seg["sym_vblob"],
+            ix._lowvals = [v.lower() for v in decode_strings(seg["sym_vblob"],
                                                                  seg["sym_voff"])]
         for v, low in enumerate(ix._lowvals):
             if w in low:
@@ -215,7 +216,7 @@ def match_word(ix: RecallIndex, w: str, q: QueryState, add: Any) -> None:
 def match_path(ix: RecallIndex, w: str, q: QueryState, add: Any) -> bool:
     """Path matches of a path-like word (exact or suffix; a basename naming exactly
     one live path as an alias): ``add(docs, boost, "path")``; whether any path matched."""
-    cw = S.canon_path(w)
+    cw = canon_path(w)
     ids, dv = table_exact(ix, "path", cw)
     if not ids and not dv:
         return False
@@ -223,9 +224,9 @@ def match_path(ix: RecallIndex, w: str, q: QueryState, add: Any) -> bool:
     alias: list[int] = []
     alias_paths: set[str] = set()
     live_ok = valid_fn_live(ix, q)
-    found = [(S.canon_path(value_str(ix, "path", i)), value_docs(ix, "path", (i,), ()))
+    found = [(canon_path(value_str(ix, "path", i)), value_docs(ix, "path", (i,), ()))
              for i in ids]
-    found += [(S.canon_path(raw), value_docs(ix, "path", (), (raw,))) for raw in dv]
+    found += [(canon_path(raw), value_docs(ix, "path", (), (raw,))) for raw in dv]
     for v, docs in found:
         if path_level(v, cw) == 2:
             exact.extend(docs)
@@ -311,7 +312,7 @@ def filter_sets(ix: RecallIndex, q: QueryState, packet_types: Sequence[str],
     if path_filters:
         docs = []
         for p in path_filters:
-            cp = S.canon_path(p)
+            cp = canon_path(p)
             docs.extend(value_docs(ix, "path", *table_exact(ix, "path", cp)))
             q.rules.append(("pathf", cp, 0))
         sets.append(uniq(docs))

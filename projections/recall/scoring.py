@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import constants
-from . import segment as S
 from .arrays import EMPTY_I, Member, isin_sorted
 from .constants import K1, B
+from .normalize import enc
 
 if TYPE_CHECKING:
     from .index import RecallIndex
@@ -107,7 +107,7 @@ class QueryState:
 def resolve(ix: RecallIndex, tok: str, q: QueryState, N: int) -> Term | None:
     """Live postings, idf and score upper bound of one query token (None: absent)."""
     t = Term(tok)
-    tid = ix._terms.find(S.enc(tok))
+    tid = ix._terms.find(enc(tok))
     i0 = q.i0
     n_live = 0
     mv = ix._mv
