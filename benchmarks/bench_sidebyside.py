@@ -9,8 +9,8 @@ best of 3) and the same store (``ContextStore.put_many`` of the same packets in
 a temporary directory, reopened), then answer the seeded query mix of
 ``benchmarks/bench_recall.py`` (``make_queries``). Answers: every query's
 ``RecallIndex.rank`` pairs (scores as ``repr``), ``RecallIndex.search`` hits
-and ``store.recall`` hits as JSON (the stores run on one fixed clock, so that
-``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing:
+and ``store.recall`` hits as JSON (the stores and their logs run on one fixed
+clock, so that ``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing:
 ``--rounds`` rounds, in each the old then the new worker (the order
 alternating by round) answer the whole query set per call; the median per
 query over the rounds, then p50/p95 per class.
@@ -32,9 +32,15 @@ WORKER = r'''
 import gc, itertools, json, os, sys, tempfile, time
 sys.path.insert(0, os.environ["TREE"])
 from benchmarks import bench_recall as br
+from eventstore import Ledger
 from projections import ContextStore
 from projections.corpus import stdlib_packets
 from projections.recall import RecallDoc, RecallIndex
+
+
+def fixed_clock():  # both stores (and their logs) on one clock: the same created_at, ages
+    return 1.8e9
+
 
 size, nq = int(sys.argv[1]), int(sys.argv[2])
 packets = list(itertools.islice(stdlib_packets(size, seed=0), size))
@@ -51,10 +57,12 @@ for _ in range(3):
 gc.unfreeze()
 idx = RecallIndex.build(docs)
 root = tempfile.mkdtemp(prefix="sbs-", dir=os.environ.get("WORKDIR"))
-store = ContextStore.open(root, clock=lambda: 1.8e9)  # one fixed clock: same created_at
+store = ContextStore.open(root, clock=fixed_clock,
+                           log=Ledger.open(os.path.join(root, "log"), clock=fixed_clock))
 store.put_many(packets)
 store.close()
-store = ContextStore.open(root, clock=lambda: 1.8e9)
+store = ContextStore.open(root, clock=fixed_clock,
+                           log=Ledger.open(os.path.join(root, "log"), clock=fixed_clock))
 del packets, docs, meta
 gc.collect()
 

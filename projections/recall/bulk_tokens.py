@@ -191,8 +191,8 @@ def tokenize_docs(docs: Sequence[RecallDoc] | _NewDocs, term_ids: _AutoIds
     odoc = doc_of[nz]
     pos = np.zeros(len(nz), dtype=I64)
     np.cumsum(lens[:-1], out=pos[1:])
-    # (fresh memory is costly here, ~1 ms per MB: the full-length arrays are one
-    # int64 buffer, turned into the keys in place, and one uint32 buffer)
+    # (fresh memory is costly here, page faults dominate: the full-length arrays are
+    # one int64 buffer, turned into the keys in place, and one uint32 buffer)
     total = int(pos[-1] + lens[-1])
     key = np.ones(total, dtype=I64)
     # one running sum gives both: doc << 32 | position in text_tok of each occurrence's
