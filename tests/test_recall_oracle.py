@@ -179,3 +179,19 @@ def test_the_oracle_knows_a_textbook_answer() -> None:
     sa = idf * 2.5 / (1 + 1.5 * (1 - 0.75 + 0.75 * 2 / (4 / 3)))
     assert oracle(docs, "alpha", 5) == [("b", sb), ("a", sa)]
     same(RecallIndex.build(docs).rank("alpha", limit=5), [("b", sb), ("a", sa)])
+
+
+@given(docs=recall_corpora(), text=recall_texts)
+def test_the_cached_length_norm_is_the_plain_one(docs: list[RecallDoc], text: str) -> None:
+    """``scoring.length_norm`` keeps the whole per-doc array once two queries in a row use
+    the same avgdl: the plain arithmetic, the filling call and the cached gather agree
+    bit for bit."""
+    ix = RecallIndex.build(docs)
+    prepared = ix._prepare(RecallQuery(text), False)
+    if prepared is None:
+        return
+    q, _ = prepared
+    D = np.arange(ix._n, dtype=np.int64)[::-1].copy()
+    plain = K1 * (1.0 - B + B * (ix._dl[D] / q.avgdl))
+    for _ in range(3):  # computed, array kept, array reused
+        assert scoring.length_norm(ix, q, D).tolist() == plain.tolist()
