@@ -41,6 +41,7 @@ from .scoring import QueryState, resolve
 from .segment import assemble, empty_segment
 from .tokenize import tokenize
 from .types import RecallDoc, RecallHit
+from .views import ImpactOrders, Table
 
 
 class RecallIndex:
@@ -82,19 +83,12 @@ class RecallIndex:
         self._tbase = [int(x) for x in meta[M_TBASE :].tolist()]
         self._terms = HashTable(seg["term_hash"], seg["term_off"], seg["term_blob"])
         self._keyhash = HashTable(seg["key_hash"], seg["key_off"], seg["key_blob"])
-        self._tables = {t: HashTable(seg[t + "_khash"], seg[t + "_koff"], seg[t + "_kblob"])
-                        for t in TABLES}
+        self._tabs = {t: Table.of(seg, t) for t in TABLES}
+        self._imp = ImpactOrders.of(seg, "imp_", "imp_doc")  # big terms: doc ids
+        self._mimp = ImpactOrders.of(seg, "mimp_", "mimp_pos")  # mid terms: positions
         self._mv = {k: mview(seg[k]) for k in (
-            "post_off", "post_doc", "post_tf", "term_ub", "est", "imp_off",
-            "imp_doc", "imp_goff", "imp_gtf", "imp_gstart", "dv_off", "dv_val", "sum_off",
-            "sum_blob", "key_bin", "tgtd_off", "tgtd_doc", "tg_off", "mimp_off", "mimp_pos",
-            "mimp_goff", "mimp_gtf", "mimp_gstart", "imp_gdl", "mimp_gdl", "tg_code",
-            "tg_val")}
-        for t in TABLES:
-            for part in ("voff", "vblob", "kv_off", "kv_val", "vd_off", "vd_doc"):
-                self._mv[f"{t}_{part}"] = mview(seg[f"{t}_{part}"])
-        self._tabs = {t: (self._tables[t], self._mv[t + "_kv_off"], self._mv[t + "_kv_val"])
-                      for t in TABLES}
+            "post_off", "post_doc", "post_tf", "term_ub", "est", "dv_off", "dv_val", "sum_off",
+            "sum_blob", "key_bin", "tgtd_off", "tgtd_doc", "tg_off", "tg_code", "tg_val")}
         self._big = {int(t): b for b, t in enumerate(seg["big_tid"].tolist())}
         self._midmap = {int(t): m for m, t in enumerate(seg["mimp_tid"].tolist())}
         self._rows = seg["big_tf"].reshape(len(self._big), nb) if nb else \

@@ -61,9 +61,10 @@ def path_level(v: str, cw: str) -> int:
 
 def table_exact(ix: RecallIndex, name: str, key: str) -> tuple[list[int], list[str]]:
     """Base value ids and delta values having lookup key ``key``."""
-    h, off, val = ix._tabs[name]
-    k = h.find(key.encode("utf-8", "surrogatepass"))
-    ids: list[int] = val[off[k] : off[k + 1]].tolist() if k >= 0 else []
+    tab = ix._tabs[name]
+    k = tab.keys.find(key.encode("utf-8", "surrogatepass"))
+    off = tab.kv_off
+    ids: list[int] = tab.kv_val[off[k] : off[k + 1]].tolist() if k >= 0 else []
     dk = ix._dkeys[name]
     return ids, (sorted(dk.get(key, ())) if dk else [])
 
@@ -81,9 +82,10 @@ def gvalue(ix: RecallIndex, g: int) -> tuple[int, str]:
         while g >= tb[ti + 1]:
             ti += 1
         name = TABLES[ti]
-        off = ix._mv[name + "_voff"]
+        tab = ix._tabs[name]
+        off = tab.voff
         v = g - tb[ti]
-        got = (ti, dec(bytes(ix._mv[name + "_vblob"][off[v] : off[v + 1]])))
+        got = (ti, dec(bytes(tab.vblob[off[v] : off[v + 1]])))
         if len(ix._vcache) > 200_000:
             ix._vcache.clear()
         ix._vcache[g] = got
@@ -92,8 +94,8 @@ def gvalue(ix: RecallIndex, g: int) -> tuple[int, str]:
 
 def value_docs(ix: RecallIndex, name: str, ids: Iterable[int], dvals: Iterable[str]) -> list[int]:
     """Docs of base value ids and delta values (may repeat; liveness not checked)."""
-    off = ix._mv[name + "_vd_off"]
-    vd = ix._mv[name + "_vd_doc"]
+    tab = ix._tabs[name]
+    off, vd = tab.vd_off, tab.vd_doc
     out: list[int] = []
     for i in ids:
         out.extend(vd[off[i] : off[i + 1]].tolist())

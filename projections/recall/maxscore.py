@@ -87,16 +87,10 @@ def impact_groups(ix: RecallIndex, t: Term) -> tuple[Any, Any, list[tuple[int, i
 
 
 def impact_groups_of(ix: RecallIndex, t: Term) -> tuple[Any, Any, list[tuple[int, int, int, int]]]:
-    mv = ix._mv
+    """:func:`impact_groups` uncached."""
     if t.big >= 0:
-        m, pre, imp, base = t.big, "imp_", mv["imp_doc"], None
-    else:
-        m, pre, imp, base = t.mid, "mimp_", mv["mimp_pos"], mv["post_doc"][t.s0 :]
-    g0, g1 = mv[pre + "goff"][m], mv[pre + "goff"][m + 1]
-    end = mv[pre + "off"][m + 1]
-    gtf, gst, gdl = mv[pre + "gtf"], mv[pre + "gstart"], mv[pre + "gdl"]
-    return imp, base, [(gtf[g], gst[g], gst[g + 1] if g + 1 < g1 else end, gdl[g])
-                       for g in range(g0, g1)]
+        return ix._imp.entry, None, ix._imp.groups(t.big)
+    return ix._mimp.entry, ix._mv["post_doc"][t.s0 :], ix._mimp.groups(t.mid)
 
 
 def units(ix: RecallIndex, q: QueryState) -> list[Unit]:
@@ -145,7 +139,7 @@ def unit_postings(ix: RecallIndex, q: QueryState, units: list[Unit]
         if u.kind == "all":
             continue
         imp, base, groups = impact_groups(ix, u.t)
-        arr = ix._seg["imp_doc" if u.t.big >= 0 else "mimp_pos"]
+        arr = ix._imp.entries if u.t.big >= 0 else ix._mimp.entries
         for tf, s0, e, _ in groups:
             if (tf == 1) == (u.kind == "lo") and e > s0:
                 x = arr[s0:e]
@@ -289,18 +283,13 @@ def walk(ix: RecallIndex, q: QueryState, t: Term, k: int, seen: Any, ok: Any, lo
     skipped (the caller then scores the term in full).  Delta docs are not
     in impact orders: callers put them in ``seen``.
     """
-    mv = ix._mv
-    if t.big >= 0:
-        m, pre = t.big, "imp_"
-        imp = mv["imp_doc"]
-        base = None
-    else:
-        m, pre = t.mid, "mimp_"
-        imp = mv["mimp_pos"]
-        base = ix._mv["post_doc"][t.s0 :]
-    g0, g1 = mv[pre + "goff"][m], mv[pre + "goff"][m + 1]
-    end = mv[pre + "off"][m + 1]
-    gtf, gst = mv[pre + "gtf"], mv[pre + "gstart"]
+    orders = ix._imp if t.big >= 0 else ix._mimp
+    m = t.big if t.big >= 0 else t.mid
+    imp = orders.entry
+    base = None if t.big >= 0 else ix._mv["post_doc"][t.s0 :]
+    g0, g1 = orders.goff[m], orders.goff[m + 1]
+    end = orders.off[m + 1]
+    gtf, gst = orders.gtf, orders.gstart
     dl = ix._dl_mv
     idf, avgdl, i0 = t.idf, q.avgdl, q.i0
     heap = []

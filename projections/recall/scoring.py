@@ -115,7 +115,8 @@ def resolve(ix: RecallIndex, tok: str, q: QueryState, N: int) -> Term | None:
         b = ix._big.get(tid)
         if b is not None:
             t.big = b
-            df = mv["imp_off"][b + 1] - mv["imp_off"][b]
+            off = ix._imp.off
+            df = off[b + 1] - off[b]
             if i0:
                 df -= int(np.count_nonzero(ix._rows[b][:i0]))
             t.df = df
