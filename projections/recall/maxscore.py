@@ -196,7 +196,7 @@ def rank_maxscore(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | 
             cand, part = merge([(cand, part, True)] + lists if len(cand) else lists)
             lists = []
         valid = valid_np(ix, q, cand, exclude)
-        theta = kth(ix, part, valid, k)
+        theta = kth(part, valid, k)
         if not remaining or rem_ub < theta - 1e-9 * (1.0 + abs(theta)):
             break
         if len(remaining) == 1 and remaining[0].kind != "hi" and (

@@ -437,7 +437,8 @@ def top_np(ix: RecallIndex, q: QueryState, D: np.ndarray, sc: np.ndarray, k: int
             for x, row in zip(top, rows, strict=True)]
 
 
-def kth(ix: RecallIndex, part: np.ndarray, valid: np.ndarray | None, k: int) -> float:
+def kth(part: np.ndarray, valid: np.ndarray | None, k: int) -> float:
+    """The k-th largest of the valid partial scores (-inf: fewer than k)."""
     vp = part if valid is None else part[valid]
     if len(vp) < k:
         return -math.inf

@@ -3,7 +3,7 @@
 Each ``rank_*`` function returns the exact top ``k`` ranked items
 ``(score, doc, matched tokens or None)`` or None when its shortcut cannot prove
 its answer (the caller then runs the next one); :func:`rank` picks them in
-turn. docs/recall.md, "Ranking strategies", says what each one earns.
+turn. docs/recall.md, "Search", describes each; docs/benchmarks.md has what each earns.
 """
 
 from __future__ import annotations
