@@ -6,15 +6,14 @@ from typing import Any
 
 import click
 
+from projections.recall import RecallQuery
+from projections.recall.constants import SCOPES
+
 from .inputs import COUNT, MAX_INT, SEQ_OR_TIME, TIME
 from .options import Ctx, examples, store_options
 from .output import safe
 from .views import naming, open_store, usage_errors
 
-SCOPES = ("global", "task-first", "task-only")
-"""``projections.recall.SCOPES`` (a test keeps them equal), spelled out so that loading
-this command does not import numpy and the recall index: ``store.recall`` imports
-them while the checkpoints are verified on another core."""
 MODES = ("auto", "conceptual", "telemetry")
 """``projections.memory_rank.MODES`` (a test keeps them equal)."""
 MEMORY_KINDS = ("brief", "handoff", "recommended_action", "evidence", "tool_trace",
@@ -98,26 +97,11 @@ def recall(
     """Rank live cache entries by BM25 over their text plus path, symbol, test and task matches."""
     store = open_store(ctx)
     with usage_errors(), naming("--as-of"):  # (the engine's rules: a scope without --task...)
-        answer = store.recall_answer(
-            query,
-            budget_tokens=budget_tokens,
-            fresh_only=fresh_only,
-            limit=limit,
-            since=since,
-            until=until,
-            target=target,
-            task_id=task_id,
-            scope=scope,
-            packet_types=packet_types,
-            path_filters=paths,
-            symbol_filters=symbols,
-            as_of=as_of,
-            provider=provider,
-            model=model,
-            include_superseded=include_superseded,
-            mode=mode,
-            kinds=kinds,
-        )
+        q = RecallQuery(
+            query, limit, since, until, target, task_id, scope, packet_types, paths, symbols,
+            mode=mode, kinds=kinds, include_superseded=include_superseded,
+            fresh_only=fresh_only, provider=provider, model=model, as_of=as_of)
+        answer = store.recall_answer(q, budget_tokens=budget_tokens)
     ctx.emit(answer.to_json(), human=_text)
 
 

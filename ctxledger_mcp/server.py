@@ -50,6 +50,7 @@ from cli.inputs import MAX_INT, SEQ_OR_TIME, TIME
 from cli.output import dumps, to_jsonable
 from eventstore import Anchor, LedgerError
 from projections import ContextStore
+from projections.recall import RecallQuery
 from projections.task_api import Handoff, TaskInfo, UnknownTaskError
 
 from . import schema as S
@@ -308,13 +309,12 @@ def build_server(store: ContextStore) -> MCPServer[Any]:
         a fact, re-reading a file's history or re-running an analysis. Ranks live packets
         by BM25 over their text plus path, symbol, test and task matches; returns the best
         hits with a snippet each. Query at most 4096 characters and 64 distinct terms."""
-        answer = store.recall_answer(
-            query, limit=limit, since=time_arg("since", since), until=time_arg("until", until),
-            target=target, task_id=task_id, scope=scope, packet_types=packet_types,
-            path_filters=path_filters, symbol_filters=symbol_filters, as_of=as_of_arg(as_of),
-            provider=provider, model=model, budget_tokens=budget_tokens, fresh_only=fresh_only,
-            include_superseded=include_superseded, mode=mode, kinds=kinds,
-        )
+        q = RecallQuery(
+            query, limit, time_arg("since", since), time_arg("until", until), target, task_id,
+            scope, packet_types, path_filters, symbol_filters, mode=mode, kinds=kinds,
+            include_superseded=include_superseded, fresh_only=fresh_only, provider=provider,
+            model=model, as_of=as_of_arg(as_of))
+        answer = store.recall_answer(q, budget_tokens=budget_tokens)
         return cast(S.RecallResult, answer.to_json())
 
     @tool("put")  # (not idempotent: a re-put restarts the packet's TTL)

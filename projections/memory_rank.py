@@ -19,7 +19,7 @@ in full.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -27,7 +27,7 @@ from .memory import MEMORY_KINDS, NO_INFO, TELEMETRY_KINDS, MemoryInfo, MemorySt
 
 if TYPE_CHECKING:
     from .cache import CacheState
-    from .recall import RecallHit, RecallIndex
+    from .recall import RecallHit, RecallIndex, RecallQuery
 
 MODES = ("auto", "conceptual", "telemetry")
 DAY = 86_400.0
@@ -164,29 +164,23 @@ def search(
     index: RecallIndex,
     memory: MemoryState,
     cache: CacheState,
-    query: str,
-    limit: int,
-    engine: dict[str, Any],
+    q: RecallQuery,
     *,
     scoring: Scoring,
-    mode: str = "auto",
-    kinds: Sequence[str] = (),
-    include_superseded: bool = False,
     now: float,
     first_n: int | None = None,
 ) -> list[RecallHit]:
     """Recall's ranking with the memory adjustments and filters (docs/recall.md).
 
-    ``engine``: the engine's own arguments (filters, scope, ``live_after``).
+    ``q``: the whole question (the engine's filters, scope and ``live_after``; here
+    ``mode``, ``kinds`` and ``include_superseded``).
     ``first_n``: how many the engine is asked for first (default ``max(2k, k + 16)``;
     tests ask for 1 to exercise the doubling).
     """
-    if limit is None:
-        limit = 8  # the engine's default
-    if not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be a non-negative integer, got {limit!r}")
-    kinds = check_kinds(kinds)
-    prefer = preferred_tier(mode, kinds)
+    limit = q.limit
+    kinds = check_kinds(q.kinds)
+    include_superseded = q.include_superseded
+    prefer = preferred_tier(q.mode, kinds)
     adj = Adjuster(scoring, prefer, now)
     other = "telemetry" if prefer == "curated" else "curated"
     adjusts = bool(scoring.recency_weight) or (
@@ -194,10 +188,10 @@ def search(
         scoring.tier_penalty > 0 and memory.has_tier(other))
     if not kinds and not adjusts and not memory.may_supersede():
         # nothing can move or drop: the engine's answer is the answer
-        hits = index.search(query, limit=limit, now=now, **engine)
+        hits = index.search(q, now=now)
         return [_with_memory(h, memory.info(h.cache_key), None, ()) for h in hits]
     tier_max = scoring.tier_bonus if memory.has_tier(prefer) else 0.0
-    live_after = engine.get("live_after")
+    live_after = q.live_after
     want = set(kinds)
     currents: dict[str, str | None] = {}  # dedupe_key -> its current member, this query
 
@@ -222,14 +216,12 @@ def search(
         return adj.bound(s, tier_max)
 
     def ranker(scope: str) -> Callable[[int], list[tuple[str, float]]]:
-        kw = dict(engine, scope=scope)
-        return lambda n: index.rank(query, n, **kw)
+        return lambda n: index.rank(attrs.evolve(q, limit=n, scope=scope))
 
     start = max(2 * limit, limit + 16) if first_n is None else first_n
     if limit == 0:
-        index.rank(query, 0, **engine)  # the engine's validation, as search does it
         return []
-    if engine.get("scope") == "task-first":
+    if q.scope == "task-first":
         top, seen, bounded = exact_top(ranker("task-only"), limit, judge_with(()), bound,
                                        start, MAX_RERANK)
         if len(top) < limit and seen is not None:  # the engine ran dry on the task's own
@@ -237,9 +229,9 @@ def search(
                                       bound, start, MAX_RERANK)
             top, bounded = top + rest, bounded or more
     else:
-        top, _, bounded = exact_top(ranker(engine.get("scope", "global")), limit,
+        top, _, bounded = exact_top(ranker(q.scope), limit,
                                     judge_with(()), bound, start, MAX_RERANK)
-    hits = index.hits_for([(r.cache_key, r.score) for r in top], query, now=now, **engine)
+    hits = index.hits_for([(r.cache_key, r.score) for r in top], q, now=now)
     flag = ("rerank_bounded",) if bounded else ()
     return [
         _with_memory(h, r.info, r.superseded, adj.reasons(r.info.source_tier) + flag)

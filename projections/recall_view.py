@@ -17,10 +17,11 @@ from eventstore import Event
 
 from .cache import EVICTED, PUT, parse_evict, parse_put
 from .recall import RecallDoc, RecallIndex
+from .recall.constants import CHECKPOINT_VERSION
 from .runner import paused_gc
 
 NAME = "recall"
-VERSION = 3  # keep in step with projections.store.RECALL
+VERSION = CHECKPOINT_VERSION
 _LEN = struct.Struct("<I")
 
 

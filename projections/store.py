@@ -51,6 +51,7 @@ from .packet import (
     packet_data,
     verbatim_packet,
 )
+from .recall.constants import CHECKPOINT_VERSION as RECALL_VERSION
 from .runner import Progress, Projection, Runner, State, fold, paused_gc
 from .scope import STORE_DIR as STORE_DIR
 from .scope import Layout
@@ -82,7 +83,7 @@ def _recall_decode(data: bytes | memoryview) -> RecallState:
     return RecallState.from_bytes(data)
 
 
-RECALL = Projection(RECALL_NAME, 3, _recall_new, _recall_decode)
+RECALL = Projection(RECALL_NAME, RECALL_VERSION, _recall_new, _recall_decode)
 TASKS = Projection(tasks_view.NAME, tasks_view.VERSION, tasks_view.TaskState,
                    tasks_view.TaskState.from_bytes)
 HANDOFFS = Projection(handoffs_view.NAME, handoffs_view.VERSION, handoffs_view.HandoffState,

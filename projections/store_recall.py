@@ -22,7 +22,7 @@ from .freshness import UNKNOWN_FRESHNESS, CheckBudget, check
 if TYPE_CHECKING:
     from .budget import RecallAnswer
     from .calibration import Profile
-    from .recall import RecallHit
+    from .recall import RecallHit, RecallQuery
     from .recall_view import RecallState
     from .store import ContextStore
 
@@ -54,6 +54,9 @@ class Recalling:
     ) -> builtins.list[RecallHit]:
         """Rank live entries for ``query`` (BM25 plus structured matches; docs/recall.md).
 
+        The arguments make a :class:`~projections.recall.RecallQuery` (validated
+        there); :meth:`recall_query` takes one already made.
+
         Memory fields (docs/recall.md, "Memory and scoring"): superseded entries are
         left out unless ``include_superseded``; ``kinds`` keeps only those memory
         kinds; ``mode`` (auto, conceptual, telemetry) says which source tier the
@@ -66,7 +69,19 @@ class Recalling:
         project root on disk; ``fresh_only`` drops ``stale`` hits (docs/recall.md,
         "Freshness"). :meth:`recall_answer` adds a token budget.
         """
-        capacity = self._recall_capacity(provider, model)
+        from .recall.query import RecallQuery
+
+        return self.recall_query(RecallQuery(
+            query, limit, since, until, target, task_id, scope, tuple(packet_types),
+            tuple(path_filters), tuple(symbol_filters), mode=mode, kinds=tuple(kinds),
+            include_superseded=include_superseded, fresh_only=fresh_only,
+            provider=provider, model=model, as_of=as_of))
+
+    def recall_query(self: ContextStore, q: RecallQuery) -> builtins.list[RecallHit]:
+        """:meth:`recall` of a :class:`~projections.recall.RecallQuery` (the CLI and the
+        MCP server make one from their options)."""
+        capacity = self._recall_capacity(q.provider, q.model)
+        as_of = q.as_of
         if as_of is None:
             # a cold process: the views' checkpoints are checksummed on another core
             # while this thread imports numpy and the recall index
@@ -80,43 +95,38 @@ class Recalling:
         assert isinstance(cstate, CacheState) and isinstance(mstate, memory_view.MemoryState)
         now = self.clock()
         hits = memory_rank.search(
-            rstate.index, mstate, cstate, query, limit,
-            dict(
-                since=since,
-                until=until,
-                target=target,
-                task_id=task_id,
-                scope=scope,
-                packet_types=tuple(packet_types),
-                path_filters=tuple(path_filters),
-                symbol_filters=tuple(symbol_filters),
-                live_after=now - self.config.ttl_seconds,
-            ),
+            rstate.index, mstate, cstate, attrs.evolve(q, live_after=now - self.config.ttl_seconds),
             scoring=memory_rank.Scoring(self.config.recall_tier_bonus,
                                         self.config.recall_tier_penalty,
                                         self.config.recall_recency_weight),
-            mode=mode, kinds=tuple(kinds), include_superseded=include_superseded, now=now,
+            now=now,
         )
         found: dict[str, Any] = {}
         if fresh:  # checked in rank order (one budget per query), before any snippet
             found = self._freshness(states[3], [h.cache_key for h in hits])
-            if fresh_only:
+            if q.fresh_only:
                 hits = [h for h in hits if found[h.cache_key].state != "stale"]
         out = [self._with_snippet(h, cstate, capacity, found.get(h.cache_key)) for h in hits]
         self._check_mapped()
         return out
 
     def recall_answer(
-        self, query: str, *, budget_tokens: int | None = None, **kw: Any
+        self: ContextStore, query: str | RecallQuery, *, budget_tokens: int | None = None, **kw: Any
     ) -> RecallAnswer:
-        """:meth:`recall` (``kw`` as there), then, with ``budget_tokens``, the ranked hits
-        that fit in that many tokens and a report of the ones that did not
-        (:mod:`projections.budget`, docs/recall.md "Budgets")."""
+        """:meth:`recall` (``query`` and ``kw`` as there; or a ``RecallQuery`` alone), then,
+        with ``budget_tokens``, the ranked hits that fit in that many tokens and a report
+        of the ones that did not (:mod:`projections.budget`, docs/recall.md "Budgets")."""
         from .budget import RecallAnswer, check_budget, fit
+        from .recall.query import RecallQuery
 
         if budget_tokens is not None:
             check_budget(budget_tokens)
-        hits = self.recall(query, **kw)
+        if isinstance(query, RecallQuery):
+            if kw:
+                raise TypeError(f"options beside a RecallQuery: {', '.join(sorted(kw))}")
+            hits = self.recall_query(query)
+        else:
+            hits = self.recall(query, **kw)
         if budget_tokens is None:
             return RecallAnswer(tuple(hits))
         kept, report = fit(hits, budget_tokens)

@@ -126,3 +126,34 @@ def damaged(valid: bytes) -> st.SearchStrategy[bytes]:
     """Arbitrary bytes, or ``valid`` damaged a few ways at once (bits flipped, bytes set,
     inserted or deleted, cut short, length-like words overwritten, stretches repeated)."""
     return st.one_of(st.binary(max_size=2 * len(valid) + 64), _mutated(valid))
+
+
+# --- recall corpora and queries (tests/test_recall_oracle.py) -------------------------------
+
+#: A small vocabulary, so that terms repeat across docs (common terms, ties, big terms):
+#: identifiers with parts (``gammaRay``, ``delta_x``, ``io2``) and plain words.
+RECALL_WORDS = ["alpha", "beta", "gammaRay", "delta_x", "common", "io2", "the", "zeta"]
+
+
+@st.composite
+def recall_corpora(draw: st.DrawFn, max_docs: int = 24) -> list[Any]:
+    """Text-only recall docs (summary and payload; no paths, symbols, tests or task ids,
+    so no structured boost applies): distinct keys, creation times with repeats (ties),
+    two targets."""
+    from projections.recall import RecallDoc
+
+    n = draw(st.integers(1, max_docs))
+    words = st.sampled_from(RECALL_WORDS)
+    docs = []
+    for i in range(n):
+        docs.append(RecallDoc(
+            f"k{i:02d}", draw(st.sampled_from(["t1", "t2"])), float(draw(st.integers(0, 9))),
+            " ".join(draw(st.lists(words, max_size=5))),
+            payload_text=tuple(draw(st.lists(words.map(lambda w: w + " " + w), max_size=1))),
+        ))
+    return docs
+
+
+#: Query texts over the same vocabulary, with a word no doc has.
+recall_texts = st.lists(st.sampled_from(RECALL_WORDS + ["missing"]), min_size=1,
+                        max_size=4).map(" ".join)

@@ -211,11 +211,8 @@ def test_console_entry_exit_codes_and_output_in_a_real_process(root: Path) -> No
     assert p.returncode == 2 and p.stderr.startswith("error: ")
 
 
-def test_recall_command_scopes_are_the_engines() -> None:
+def test_recall_command_choices_are_the_engines() -> None:
     import cli.recall
-    import projections.recall
-
-    assert cli.recall.SCOPES == projections.recall.SCOPES
     from projections.memory import MEMORY_KINDS
     from projections.memory_rank import MODES
 

@@ -22,6 +22,7 @@ from projections.config import StoreConfig
 from projections.memory import MEMORY_KINDS, MemoryState
 from projections.memory_rank import Adjuster, Scoring, search
 from projections.packet import InvalidPacketError, cache_key_of, canonical_bytes
+from projections.recall import RecallQuery
 from projections.recall_view import RecallState
 
 DAY = 86_400.0
@@ -201,7 +202,7 @@ def test_store_list_counts_and_pages_what_it_returns(tmp_path: Path) -> None:
 
 def _base(s: ContextStore, query: str) -> dict[str, float]:
     index = s.runner.state("recall").index  # type: ignore[attr-defined]
-    return dict(index.rank(query, 1000, live_after=s.clock() - s.config.ttl_seconds))
+    return dict(index.rank(query, limit=1000, live_after=s.clock() - s.config.ttl_seconds))
 
 
 def test_scores_are_the_documented_formula(tmp_path: Path) -> None:
@@ -374,8 +375,8 @@ def test_the_re_rank_is_exact(docs: list[dict[str, Any]], query: str, limit: int
     live_after = None if ttl is None else now - ttl
     engine: dict[str, Any] = dict(live_after=live_after, scope=scope,
                   task_id=None if scope == "global" else "t-1")
-    got = search(index, memory, cache, query, limit, engine, scoring=scoring, mode=mode,
-                 kinds=kinds, include_superseded=include, now=now, first_n=first_n)
+    q = RecallQuery(query, limit, mode=mode, kinds=kinds, include_superseded=include, **engine)
+    got = search(index, memory, cache, q, scoring=scoring, now=now, first_n=first_n)
 
     # the oracle: every live match's base score, adjusted and filtered, sorted
     from projections.memory_rank import preferred_tier
@@ -384,7 +385,7 @@ def test_the_re_rank_is_exact(docs: list[dict[str, Any]], query: str, limit: int
 
     def candidates(scope_: str, skip: set[str]) -> list[tuple[float, float, str]]:
         out = []
-        for key, base in index.rank(query, 10_000, **dict(engine, scope=scope_)):
+        for key, base in index.rank(query, limit=10_000, **dict(engine, scope=scope_)):
             info = memory.info(key)
             if key in skip or (kinds and info.memory_kind not in kinds):
                 continue
@@ -395,7 +396,7 @@ def test_the_re_rank_is_exact(docs: list[dict[str, Any]], query: str, limit: int
         return sorted(out)
 
     if scope == "task-first":
-        task = {k for k, _ in index.rank(query, 10_000, **dict(engine, scope="task-only"))}
+        task = {k for k, _ in index.rank(query, limit=10_000, **dict(engine, scope="task-only"))}
         want = (candidates("task-only", set()) + candidates("global", task))
     else:
         want = candidates(scope, set())
@@ -457,11 +458,11 @@ def test_an_entry_the_engine_left_out_can_win() -> None:
          "sup": None, "age": 0.0, "task": False, "evict": 5, "reput": 5},
     ]
     cache, recall, memory = _fold(docs, T0)
-    base = dict(recall.index.rank("auth", 5))
+    base = dict(recall.index.rank("auth", limit=5))
     plain_key, curated_key = sorted(base, key=lambda k: -base[k])
     assert base[plain_key] > base[curated_key] > base[plain_key] - 0.5
     for first_n in (1, 2, None):
-        got = search(recall.index, memory, cache, "auth", 1, {},
+        got = search(recall.index, memory, cache, RecallQuery("auth", 1),
                      scoring=Scoring(recency_weight=0.25), now=T0, first_n=first_n)
         assert [h.cache_key for h in got] == [curated_key]
         assert got[0].score == pytest.approx(base[curated_key] + 0.5 + 0.25, abs=1e-12)
@@ -478,15 +479,15 @@ def test_the_rerank_is_bounded_and_says_so(monkeypatch: pytest.MonkeyPatch) -> N
     ]
     cache, recall, memory = _fold(docs, T0)
     scoring = Scoring(recency_weight=0.25)
-    exact = search(recall.index, memory, cache, "same", 3, {}, scoring=scoring, now=T0,
+    exact = search(recall.index, memory, cache, RecallQuery("same", 3), scoring=scoring, now=T0,
                    first_n=1)
     assert all("rerank_bounded" not in h.match_reasons for h in exact)
     monkeypatch.setattr(memory_rank, "MAX_RERANK", 4)
-    got = search(recall.index, memory, cache, "same", 3, {}, scoring=scoring, now=T0,
+    got = search(recall.index, memory, cache, RecallQuery("same", 3), scoring=scoring, now=T0,
                  first_n=1)
     assert len(got) == 3 and all("rerank_bounded" in h.match_reasons for h in got)
     assert [h.score for h in got] == sorted((h.score for h in got), reverse=True)
     monkeypatch.setattr(memory_rank, "MAX_RERANK", 1000)
-    assert [h.cache_key for h in search(recall.index, memory, cache, "same", 3, {},
+    assert [h.cache_key for h in search(recall.index, memory, cache, RecallQuery("same", 3),
                                         scoring=scoring, now=T0, first_n=1)] \
         == [h.cache_key for h in exact]

@@ -267,18 +267,15 @@ MODES: dict[str, dict[str, int]] = {
 
 @contextmanager
 def thresholds(**kw: int) -> Iterator[None]:
-    from projections.recall import index as index_mod
-    from projections.recall import segment as segment_mod
-    saved = []
+    from projections.recall import constants
+    saved = {k: getattr(constants, k) for k in kw}
     for k, v in kw.items():
-        mod = segment_mod if k.startswith(("BIG_", "MID_")) else index_mod
-        saved.append((mod, k, getattr(mod, k)))
-        setattr(mod, k, v)
+        setattr(constants, k, v)
     try:
         yield
     finally:
-        for mod, k, v in saved:
-            setattr(mod, k, v)
+        for k, v in saved.items():
+            setattr(constants, k, v)
 
 
 PRUNE_QUERIES = QUERIES + [
@@ -345,7 +342,7 @@ def test_big_term_walk_known_answer() -> None:
 def test_bulk_build_texts_with_the_internal_separator_word(sep: str) -> None:
     """The bulk tokenizer joins texts with a separator word; texts containing it still work
     (in ASCII chunks, split as bytes, and in non-ASCII ones)."""
-    from projections.recall import segment as segment_mod
+    from projections.recall import bulk_tokens as segment_mod
     s = segment_mod._SENTINEL if sep == "SEP" else sep
     docs = [doc("a", f"x {s} y", 1.0, payload=(f"a{s}", "")), doc("b", s, 2.0),
             doc("c", f"plain {s}x", 3.0), doc("d", "", 4.0, payload=(f"{s} {s}",)),
@@ -389,12 +386,8 @@ def test_hex_keys_and_other_keys_round_trip_through_bytes() -> None:
                 max_size=12), st.text(alphabet="abcAB_.", min_size=1, max_size=5))
 def test_symbol_partial_matches_equal_a_scan(symbols: list[str], word: str) -> None:
     """The trigram index finds exactly the symbols a plain scan finds."""
-    from projections.recall.index import (
-        is_path_like,
-        partial_symbol_ok,
-        query_words,
-        sym_level,
-    )
+    from projections.recall.match import sym_level
+    from projections.recall.query import is_path_like, partial_symbol_ok, query_words
     docs = [doc(f"k{i}", "x", float(i), symbols=(s,)) for i, s in enumerate(symbols)]
     wl = word.lower()
     want_filter = {f"k{i}" for i, s in enumerate(symbols) if sym_level(s.lower(), wl, True)}

@@ -115,7 +115,7 @@ def _reference_sym_level(v: str, w: str, partial: bool) -> int:
 @given(st.text(alphabet="ab.:#c", max_size=10), st.text(alphabet="ab.:#c", min_size=1,
                                                          max_size=4), st.booleans())
 def test_sym_level_equals_reference(v: str, w: str, partial: bool) -> None:
-    from projections.recall.index import sym_level
+    from projections.recall.match import sym_level
     assert sym_level(v, w, partial) == _reference_sym_level(v, w, partial)
 
 

@@ -16,9 +16,9 @@ Rules (see docs/recall.md):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
-_IDENT = re.compile(r"\w+")
+IDENT = re.compile(r"\w+")
+"""An identifier: a maximal run of word characters (docs/recall.md, "Indexed text and tokens")."""
 _RUN = re.compile(r"[^\W_]+")
 # ASCII fast path of _split_run (same boundaries; checked by a property test)
 _ASCII_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -96,26 +96,19 @@ def ident_tokens(ident: str) -> tuple[str, ...]:
     return toks
 
 
+def cached_tokens(words: list[str]) -> list[tuple[str, ...] | None]:
+    """Each word's cached tokens, or None where the cache has none (one C-speed
+    ``map`` over the cache: bulk tokenising reads it for every distinct word)."""
+    return list(map(_CACHE.get, words))
+
+
 def tokenize(text: str) -> list[str]:
     """Tokens of ``text`` in order, with identifier parts after each whole."""
     cache = _CACHE
     out: list[str] = []
-    for ident in _IDENT.findall(text):
+    for ident in IDENT.findall(text):
         toks = cache.get(ident)
         if toks is None:
             toks = ident_tokens(ident)
         out.extend(toks)
     return out
-
-
-def tokenize_all(texts: Iterable[str]) -> list[str]:
-    """Tokens of several texts, concatenated (texts never join across)."""
-    out: list[str] = []
-    for t in texts:
-        out.extend(tokenize(t))
-    return out
-
-
-def identifiers(text: str) -> list[str]:
-    """The raw identifiers (``\\w+`` runs) of ``text``, for bulk indexing."""
-    return _IDENT.findall(text)

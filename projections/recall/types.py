@@ -55,6 +55,29 @@ def payload_strings(payload: Any) -> Iterator[str]:
             stack.pop()
 
 
+def indexed_texts(summary: str, lists: Iterable[Iterable[str]],
+                  payload: Iterable[str]) -> Iterator[str]:
+    """An entry's indexed text fields in order: summary, paths, symbols, tests, payload.
+
+    The one definition of that order: :meth:`RecallDoc.texts` (a doc) and
+    :func:`packet_texts` (a logged packet, lazily) both read it.
+    """
+    yield summary
+    for values in lists:
+        yield from values
+    yield from payload
+
+
+def _packet_strs(value: Any) -> Iterator[str]:
+    """A packet list field's strings, lazily (as :func:`_str_tuple` keeps them)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, str):
+                yield v
+
+
 def packet_texts(packet: Mapping[str, Any]) -> Iterator[str]:
     """``RecallDoc.from_packet(..., packet, ...).texts()``, lazily (a test holds them equal).
 
@@ -62,16 +85,9 @@ def packet_texts(packet: Mapping[str, Any]) -> Iterator[str]:
     so a huge packet costs what a small one does.
     """
     summary = packet.get("summary")
-    yield summary if isinstance(summary, str) else ""
-    for name in ("paths", "symbols", "tests"):
-        value = packet.get(name)
-        if isinstance(value, str):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                if isinstance(v, str):
-                    yield v
-    yield from payload_strings(packet.get("payload"))
+    return indexed_texts(summary if isinstance(summary, str) else "",
+                         (_packet_strs(packet.get(name)) for name in ("paths", "symbols", "tests")),
+                         payload_strings(packet.get("payload")))
 
 
 def _collect(item: Any, out: list[str]) -> None:
@@ -171,8 +187,9 @@ class RecallDoc:
                    int(est_bytes))
 
     def texts(self) -> list[str]:
-        """The indexed text fields, in order: summary, paths, symbols, tests, payload."""
-        return [self.summary, *self.paths, *self.symbols, *self.tests, *self.payload_text]
+        """The indexed text fields, in order (:func:`indexed_texts`)."""
+        return list(indexed_texts(self.summary, (self.paths, self.symbols, self.tests),
+                                  self.payload_text))
 
 
 # the slot setters of RecallDoc's fields (a frozen attrs class: its __init__ sets each

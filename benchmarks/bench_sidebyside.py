@@ -1,0 +1,233 @@
+"""Recall before and after a change, in one run: same answers, and the speed of each.
+
+    python3 benchmarks/bench_sidebyside.py --old /path/to/old/tree [--sizes 50000,200000]
+        [--queries 20] [--rounds 5] [--answers-only] [--write-docs]
+
+Two worker processes, one per tree (``PYTHONPATH`` = that tree), each build the
+same index (``RecallIndex.build`` over ``bench_recall.make_docs``, build rate
+best of 3) and the same store (``ContextStore.put_many`` of the same packets in
+a temporary directory, reopened), then answer the seeded query mix of
+``benchmarks/bench_recall.py`` (``make_queries``). Answers: every query's
+``RecallIndex.rank`` pairs (scores as ``repr``), ``RecallIndex.search`` hits
+and ``store.recall`` hits as JSON (the stores and their logs run on one fixed
+clock, so that ``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing:
+``--rounds`` rounds, in each the old then the new worker (the order
+alternating by round) answer the whole query set per call; the median per
+query over the rounds, then p50/p95 per class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+WORKER = r'''
+import gc, itertools, json, os, sys, tempfile, time
+sys.path.insert(0, os.environ["TREE"])
+from benchmarks import bench_recall as br
+from eventstore import Ledger
+from projections import ContextStore
+from projections.corpus import stdlib_packets
+from projections.recall import RecallDoc, RecallIndex
+
+
+def fixed_clock():  # both stores (and their logs) on one clock: the same created_at, ages
+    return 1.8e9
+
+
+size, nq = int(sys.argv[1]), int(sys.argv[2])
+packets = list(itertools.islice(stdlib_packets(size, seed=0), size))
+docs = br.make_docs(packets, 0)
+queries = br.make_queries(docs, nq, size)
+meta = br.entry_meta(packets, 0)
+gc.collect(); gc.freeze()
+rates = []
+for _ in range(3):
+    t = time.perf_counter()
+    RecallIndex.build([RecallDoc.from_packet(k, p, c, b)
+                       for p, (k, c, b) in zip(packets, meta, strict=False)])
+    rates.append(size / (time.perf_counter() - t))
+gc.unfreeze()
+idx = RecallIndex.build(docs)
+root = tempfile.mkdtemp(prefix="sbs-", dir=os.environ.get("WORKDIR"))
+store = ContextStore.open(root, clock=fixed_clock,
+                           log=Ledger.open(os.path.join(root, "log"), clock=fixed_clock))
+store.put_many(packets)
+store.close()
+store = ContextStore.open(root, clock=fixed_clock,
+                           log=Ledger.open(os.path.join(root, "log"), clock=fixed_clock))
+del packets, docs, meta
+gc.collect()
+
+def kw(q):
+    return {k: q[k] for k in ("target", "task_id", "scope") if k in q}
+
+def rank(q):
+    return idx.rank(q["query"], limit=br.K, live_after=br.T0 - 1.0, **kw(q))
+
+def search(q):
+    return idx.search(q["query"], limit=br.K, live_after=br.T0 - 1.0, now=br.T0 + 1e6, **kw(q))
+
+def recall(q):
+    return store.recall(q["query"], limit=8, **kw(q))
+
+def hit_json(h):
+    return h.to_json()
+
+calls = {"rank": rank, "search": search, "recall": recall}
+recall(queries[0])  # warm-up (the store's first query opens its views)
+print(json.dumps({"build_per_s": max(rates), "classes": [q["cls"] for q in queries]}), flush=True)
+for line in sys.stdin:
+    cmd = line.split()
+    if cmd[0] == "answers":
+        out = {"rank": [[(k, repr(s)) for k, s in rank(q)] for q in queries],
+               "search": [[hit_json(h) for h in search(q)] for q in queries],
+               "recall": [[hit_json(h) for h in recall(q)] for q in queries],
+               "queries": queries}
+        print(json.dumps(out, sort_keys=True), flush=True)
+    else:
+        fn = calls[cmd[0]]
+        clock = time.perf_counter
+        gc.collect()
+        lat = []
+        for q in queries:
+            t = clock()
+            fn(q)
+            lat.append(clock() - t)
+        print(json.dumps(lat), flush=True)
+store.close()
+import shutil; shutil.rmtree(root, ignore_errors=True)
+'''
+
+
+class Worker:
+    def __init__(self, tree: str, size: int, nq: int) -> None:
+        env = dict(os.environ, TREE=tree, PYTHONPATH=tree)
+        self.p = subprocess.Popen([sys.executable, "-c", WORKER, str(size), str(nq)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=env, cwd=tree)
+        self.hello = json.loads(self.ask(None))
+
+    def ask(self, cmd: str | None) -> str:
+        assert self.p.stdin is not None and self.p.stdout is not None
+        if cmd is not None:
+            self.p.stdin.write(cmd + "\n")
+            self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise SystemExit(f"worker died ({cmd})")
+        return line
+
+    def close(self) -> None:
+        assert self.p.stdin is not None
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(p * len(s)))] if s else float("nan")
+
+
+def diff_answers(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    out = []
+    for call in ("rank", "search", "recall"):
+        for q, a, b in zip(old["queries"], old[call], new[call], strict=True):
+            if json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True):
+                out.append(f"{call} {q['cls']} {q['query']!r}: old {a!r}\n    new {b!r}")
+    return out
+
+
+def run_size(old: str, new: str, size: int, nq: int, rounds: int,
+             answers_only: bool) -> dict[str, Any]:
+    wo, wn = Worker(old, size, nq), Worker(new, size, nq)
+    res: dict[str, Any] = {"size": size, "queries": len(wo.hello["classes"]),
+                           "build": (wo.hello["build_per_s"], wn.hello["build_per_s"])}
+    a_old, a_new = json.loads(wo.ask("answers")), json.loads(wn.ask("answers"))
+    if a_old["queries"] != a_new["queries"]:
+        raise SystemExit("the two trees made different query sets")
+    res["diffs"] = diff_answers(a_old, a_new)
+    if not answers_only:
+        classes = wo.hello["classes"]
+        for call in ("rank", "recall"):
+            samples: dict[str, list[list[float]]] = {"old": [], "new": []}
+            for r in range(rounds):
+                pair = [("old", wo), ("new", wn)] if r % 2 == 0 else [("new", wn), ("old", wo)]
+                for name, w in pair:
+                    samples[name].append(json.loads(w.ask(call)))
+            med = {n: [statistics.median(x) * 1e3 for x in zip(*s, strict=True)]
+                   for n, s in samples.items()}
+            table = {}
+            for c in list(dict.fromkeys(classes)) + ["all"]:
+                sel = [i for i, x in enumerate(classes) if c in ("all", x)]
+                table[c] = {n: (pct([m[i] for i in sel], 0.5), pct([m[i] for i in sel], 0.95))
+                            for n, m in med.items()}
+            res[call] = table
+    wo.close()
+    wn.close()
+    return res
+
+
+def render(results: list[dict[str, Any]], argv: list[str]) -> str:
+    lines = ["Reproduce: `flock /work/bench.lock python3 benchmarks/bench_sidebyside.py "
+             + " ".join(argv) + "`. Old = main before the change, new = this tree; ms per "
+             "query, median over the rounds (old and new alternating), then p50/p95 per class; "
+             "ratio = new / old.", ""]
+    for r in results:
+        bo, bn = r["build"]
+        lines.append(f"### {r['size']:,} packets ({r['queries']} queries)")
+        lines.append("")
+        lines.append(f"Answers (rank, search, store.recall): "
+                     f"{'identical' if not r['diffs'] else str(len(r['diffs'])) + ' differ'}. "
+                     f"Build: old {bo:,.0f}/s, new {bn:,.0f}/s (ratio {bn / bo:.2f}).")
+        lines.append("")
+        for call, title in (("rank", "`RecallIndex.rank`"), ("recall", "`store.recall`")):
+            if call not in r:
+                continue
+            lines.append(f"| {title} class | old p50 | new p50 | ratio | old p95 | new p95 | "
+                         "ratio |")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|")
+            for c, v in r[call].items():
+                (o5, o95), (n5, n95) = v["old"], v["new"]
+                lines.append(f"| {c} | {o5:.3f} | {n5:.3f} | {n5 / o5:.2f} | {o95:.3f} | "
+                             f"{n95:.3f} | {n95 / o95:.2f} |")
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--old", required=True, help="the tree to compare with (e.g. main)")
+    ap.add_argument("--new", default=ROOT)
+    ap.add_argument("--sizes", default="50000,200000")
+    ap.add_argument("--queries", type=int, default=20, help="queries per class")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--answers-only", action="store_true")
+    ap.add_argument("--write-docs", action="store_true")
+    args = ap.parse_args()
+    results = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        r = run_size(args.old, args.new, size, args.queries, args.rounds, args.answers_only)
+        for d in r["diffs"]:
+            print(d, file=sys.stderr)
+        results.append(r)
+    text = render(results, sys.argv[1:])
+    print(text)
+    if args.write_docs:
+        sys.path.insert(0, ROOT)
+        from benchmarks.docsection import write_section
+        write_section("sidebyside-recall", "Recall, readable (issue 10): old and new side by "
+                      "side (benchmarks/bench_sidebyside.py)", text)
+    if any(r["diffs"] for r in results):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Typed read views of a segment's array groups (scalar reads through memoryviews).
+
+A segment is stored as named flat arrays (:mod:`.layout`); the readers of the
+impact orders and of the structured tables use these groups instead of
+composing array names (``"mimp_" + "goff"``), so a field is a checked attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+
+from .arrays import HashTable, mview
+
+
+@attrs.frozen
+class ImpactOrders:
+    """The impact orders of one kind of term: big terms (doc ids) or mid terms
+    (positions into their postings). Per term ``m``: entries ``off[m]:off[m+1]``,
+    tf groups ``goff[m]:goff[m+1]``; per group its tf, first entry and shortest doc."""
+
+    entries: np.ndarray  # imp_doc (doc ids) or mimp_pos (positions into post_doc)
+    entry: Any  # memoryview of entries
+    off: Any
+    goff: Any
+    gtf: Any
+    gstart: Any
+    gdl: Any
+
+    @classmethod
+    def of(cls, seg: dict[str, np.ndarray], pre: str, entries: str) -> ImpactOrders:
+        return cls(seg[entries], mview(seg[entries]), mview(seg[pre + "off"]),
+                   mview(seg[pre + "goff"]), mview(seg[pre + "gtf"]), mview(seg[pre + "gstart"]),
+                   mview(seg[pre + "gdl"]))
+
+    def groups(self, m: int) -> list[tuple[int, int, int, int]]:
+        """Term ``m``'s tf groups: (tf, first entry, end entry, shortest doc length)."""
+        g0, g1 = self.goff[m], self.goff[m + 1]
+        end = self.off[m + 1]
+        gtf, gst, gdl = self.gtf, self.gstart, self.gdl
+        return [(gtf[g], gst[g], gst[g + 1] if g + 1 < g1 else end, gdl[g])
+                for g in range(g0, g1)]
+
+
+@attrs.frozen
+class Table:
+    """One structured table (path, sym, test, task, ptype): its distinct raw values
+    (``vblob``/``voff``), each value's docs (``vd_off``/``vd_doc``) and the lookup
+    keys (hash ``keys``) with each key's values (``kv_off``/``kv_val``)."""
+
+    keys: HashTable
+    kv_off: Any
+    kv_val: Any
+    voff: Any
+    vblob: Any
+    vd_off: Any
+    vd_doc: Any
+
+    @classmethod
+    def of(cls, seg: dict[str, np.ndarray], name: str) -> Table:
+        def mv(part: str) -> Any:
+            return mview(seg[f"{name}_{part}"])
+
+        return cls(HashTable(seg[name + "_khash"], seg[name + "_koff"], seg[name + "_kblob"]),
+                   mv("kv_off"), mv("kv_val"), mv("voff"), mv("vblob"), mv("vd_off"),
+                   mv("vd_doc"))
