@@ -23,6 +23,8 @@ import stat
 import sys
 from collections.abc import AsyncIterator
 
+import anyio
+
 MAX_LINE = 1 << 30
 """Longest request line read (bytes): as good as unbounded, like the SDK's reader;
 each tool bounds what it accepts (docs/cli.md, "Limits")."""
@@ -54,16 +56,25 @@ class LineReader:
 
 
 class LineWriter:
-    """``await writer.write(text)``; ``flush`` waits until the pipe took the bytes."""
+    """``await writer.write(text)``; ``flush`` waits until the pipe took the bytes.
+
+    A client that closed its end (it went away) ends the SDK's writer as a
+    closed stream does (``anyio.ClosedResourceError``), not as an error.
+    """
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
 
     async def write(self, text: str) -> None:
+        if self._writer.is_closing():
+            raise anyio.ClosedResourceError
         self._writer.write(text.encode("utf-8"))
 
     async def flush(self) -> None:
-        await self._writer.drain()
+        try:
+            await self._writer.drain()
+        except (BrokenPipeError, ConnectionResetError) as e:
+            raise anyio.ClosedResourceError from e
 
 
 @contextlib.asynccontextmanager

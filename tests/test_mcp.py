@@ -640,6 +640,31 @@ def test_stdin_eof_closes_the_store_and_stdout_is_only_protocol(root: Path) -> N
 
 
 @needs_mcp
+def test_a_client_that_stops_reading_is_a_clean_stop(root: Path) -> None:
+    """The client closes its end of stdout (it went away): no error, the store closed."""
+    close_writes_every_checkpoint(root)
+    p = subprocess.Popen([sys.executable, *server_args(root)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env={**os.environ, **ENV})
+    assert p.stdin and p.stdout and p.stderr
+    try:
+        p.stdin.write((json.dumps(RAW_MESSAGES[0]) + "\n").encode())
+        p.stdin.flush()
+        assert json.loads(p.stdout.readline())["id"] == 1
+        p.stdout.close()  # nobody reads the answers from now on
+        for m in RAW_MESSAGES[1:3]:  # a task_note whose answer has nowhere to go
+            p.stdin.write((json.dumps(m) + "\n").encode())
+        p.stdin.close()
+        code, err = p.wait(timeout=60), p.stderr.read().decode()
+    finally:
+        p.kill()
+    assert code == 0 and "error" not in err, err
+    with lib(root) as st:
+        head = st.ledger.head
+    assert checkpoint_seqs(root) == dict.fromkeys(("cache", "recall", "tasks", "handoffs"), head)
+
+
+@needs_mcp
 def test_stdin_from_a_file_is_served_by_the_sdk_transport(root: Path) -> None:
     """Not a pipe: the SDK's threaded transport. EOF comes at once, so the server may stop
     before it answers every request (as the SDK does); what it writes is protocol only."""
