@@ -101,21 +101,45 @@ def config(sync: str) -> StoreConfig:
 
 
 def check_acked(log_dir: Path, acked: Iterable[Ack], where: str = "") -> list[Event]:
-    """The log reads as a gapless run of seqs holding every acknowledged event exactly.
+    """The log reads as a gapless run of seqs from its base holding every acknowledged event.
 
-    Returns the events (unacknowledged ones may be there too: written, then the
-    writer died before it could say so).
+    An event acknowledged in the current generation must be at its seq, exactly. One
+    acknowledged before a compaction or a salvage cut (its seq is below the log's base)
+    was copied to a new seq or dropped as superseded: an event of the same kind and key
+    carrying the same data must be there (a superseded put has the same key, so the same
+    packet, as the put that replaced it). Returns the events (unacknowledged ones may be
+    there too: written, then the writer died before it could say so).
     """
     with Ledger.open(log_dir, readonly=True) as ro:
         events = list(ro.read())
-    assert [e.seq for e in events] == list(range(1, len(events) + 1)), f"seq gap {where}"
+    base = events[0].seq if events else 1
+    assert [e.seq for e in events] == list(range(base, base + len(events))), f"seq gap {where}"
+    copies: dict[tuple[str, str | None], list[Event]] = {}
+    for e in events:
+        copies.setdefault((e.kind, e.key), []).append(e)
     for a in acked:
-        assert a["seq"] <= len(events), f"acknowledged seq {a['seq']} lost {where}"
-        e = events[a["seq"] - 1]
+        if a["seq"] < base:
+            same = copies.get((a["kind"], a["key"]), [])
+            assert any(carries(e, a["data"]) for e in same), \
+                f"acknowledged seq {a['seq']} not kept across the cut at {base} {where}"
+            continue
+        e = event_at(events, a["seq"])
+        assert e is not None, f"acknowledged seq {a['seq']} lost {where}"
         assert (e.kind, e.key) == (a["kind"], a["key"]), f"seq {a['seq']} changed {where}"
-        for field, value in a["data"].items():
-            assert e.data[field] == value, f"seq {a['seq']} data changed {where}"
+        assert carries(e, a["data"]), f"seq {a['seq']} data changed {where}"
     return events
+
+
+def carries(e: Event, fields: dict[str, Any]) -> bool:
+    """``e``'s data holds each of ``fields`` with the same value."""
+    return isinstance(e.data, dict) and all(
+        field in e.data and e.data[field] == value for field, value in fields.items())
+
+
+def event_at(events: list[Event], seq: int) -> Event | None:
+    """The event at ``seq`` in a gapless run (None past either end)."""
+    i = seq - events[0].seq if events else -1
+    return events[i] if 0 <= i < len(events) else None
 
 
 def later_clock(events: list[Event]) -> Callable[[], float]:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from harness import DEFAULT_MIX, OPS, Ack, check_acked, check_views, config
+from harness import DEFAULT_MIX, OPS, Ack, carries, check_acked, check_views, config, event_at
 from powercut import PowerCut
 from soak import Budget
 
@@ -156,10 +156,10 @@ def check_image(img: Image, sync: str, acked: list[Ack], scratch: Path, where: s
         events = check_acked(log_dir, durable, where)
         outcome = "failed_closed"
     for a in acked[: img.n_acked]:  # acknowledged but maybe not durable: gone, or exact
-        if a["seq"] <= len(events):
-            e = events[a["seq"] - 1]
+        e = event_at(events, a["seq"])
+        if e is not None:
             assert (e.kind, e.key) == (a["kind"], a["key"]), where
-            assert all(e.data[k] == v for k, v in a["data"].items()), where
+            assert carries(e, a["data"]), where
     # the views as the image's checkpoints and log give them, before any writer runs
     for source, n in check_views(img.path, scratch, events, where).items():
         tally[f"views_from_{source}"] += n  # "rebuild": a checkpoint refused, refolded
