@@ -3,7 +3,9 @@
 from .anchor import Anchor, check_anchor, head_anchor
 from .backend import LogBackend
 from .errors import (
+    CompactionRefusedError,
     CorruptLogError,
+    GenerationChangedError,
     HeadMismatchError,
     InvalidEventError,
     LedgerClosedError,
@@ -25,8 +27,10 @@ __all__ = [
     "SYNC_MODES",
     "Anchor",
     "Batch",
+    "CompactionRefusedError",
     "CorruptLogError",
     "Event",
+    "GenerationChangedError",
     "HeadMismatchError",
     "InvalidEventError",
     "Ledger",

@@ -68,6 +68,21 @@ class LedgerIOError(LedgerError):
     """An operating-system error at the storage boundary (disk full, EIO, ...)."""
 
 
+class GenerationChangedError(LedgerError):
+    """A read met a segment that a compaction or salvage removed meanwhile: read again."""
+
+    def __init__(self, segment: Path | str) -> None:
+        self.segment = Path(segment)
+        super().__init__(
+            f"{self.segment.name} was removed while it was read: the log moved to a new "
+            "generation (ctxledger compact or salvage); run the command again"
+        )
+
+
+class CompactionRefusedError(LedgerError):
+    """Compaction or salvage cannot proceed; the log is left as it was."""
+
+
 class WriterPoisonedError(LedgerIOError):
     """A sync failed earlier; this handle refuses appends until the log is reopened."""
 

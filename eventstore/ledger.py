@@ -16,10 +16,12 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import blake3
 import cbor2
 
 from . import private
 from .errors import (
+    CompactionRefusedError,
     CorruptLogError,
     HeadMismatchError,
     LedgerClosedError,
@@ -30,10 +32,22 @@ from .errors import (
 )
 from .event import Event, Receipt, encode_batch
 from .frame import GENESIS_DIGEST
+from .generation import (
+    ANCHOR_ENTRY,
+    RawRows,
+    Written,
+    anchor_digest,
+    anchors_name,
+    build_anchors,
+    marker_row,
+    read_anchors,
+    remove_older,
+    write_generation,
+)
 from .lock import WriterLock
 from .point import PointReader
-from .reader import BATCHES, DIGESTS, EVENTS, Reader
-from .records import Batch, StoredEvent
+from .reader import BATCHES, DIGESTS, EVENTS, RAW, Reader
+from .records import Batch, RawBatch, StoredEvent
 from .tip import Tip
 from .verify import VerifyReport, verify_log
 from .window import BatchWindow
@@ -91,6 +105,7 @@ class Ledger:
             clock=lambda: self.clock(),  # read per append: a test may move it
             forget_segment=self._reader.drop_index,
         )
+        self._tip.on_new_generation = self._forget_generation
 
     # --- opening ------------------------------------------------------------------
 
@@ -151,6 +166,20 @@ class Ledger:
             self._check_open()
             self._tip.refresh()
             return self._tip.head
+
+    @property
+    def base(self) -> int:
+        """The first seq of the log's current generation: 1, or past a compaction's cut
+        (format.md §12). Reads start here; seqs below it are gone."""
+        with self._mutex:
+            self._check_open()
+            self._tip.refresh()
+            return self._tip.gen_base
+
+    def _forget_generation(self) -> None:
+        """The tip moved to a newer generation: caches keyed by segment are stale."""
+        self._reader.clear()
+        self._points.reset()
 
     @property
     def head_digest(self) -> bytes:
@@ -220,6 +249,75 @@ class Ledger:
         self._window.note_frame(receipt.first_seq, receipt.last_seq, receipt.at, batch_id)
         return receipt
 
+    # --- generations ----------------------------------------------------------------
+
+    def start_generation(
+        self,
+        expected_head: int,
+        info: dict[str, Any],
+        batches: Iterable[RawRows],
+        *,
+        at: float,
+        progress: Callable[[int], None] | None = None,
+    ) -> Written:
+        """Replace the log by a new generation holding ``batches`` (format.md §12).
+
+        Under the writer lock (other writers wait, bounded by their own
+        ``lock_timeout``): if the head is still ``expected_head`` (else
+        :class:`HeadMismatchError`, nothing written), write the anchors file
+        and the new generation's segment: ``ledger.compacted`` (``info`` plus the
+        old base, head and digest and the anchors file's blake3), stamped
+        ``at``, then ``batches`` in order; sync it; commit it by rename; then
+        remove the older generation. ``batches`` is consumed under the lock.
+        """
+        with self._mutex:
+            self._check_writable()
+            lock = self._writer_lock()
+            lock.acquire()
+            try:
+                tip = self._tip
+                tip.refresh()
+                tip.check_active()
+                if expected_head != tip.head:
+                    raise HeadMismatchError(expected_head, tip.head)
+                if tip.head == 0:
+                    raise CompactionRefusedError("the log is empty: there is nothing to compact")
+                old_base, old_head, old_digest = tip.gen_base, tip.head, tip.digest
+                older = read_anchors(self.log_dir, old_base) if old_base > 1 else b""
+                anchors = build_anchors(older, self.read_digests(old_base, old_head))
+                data = {
+                    **info,
+                    "old_base": old_base,
+                    "old_head": old_head,
+                    "old_digest": old_digest.hex(),
+                    "anchors_blake3": blake3.blake3(anchors).hexdigest(),
+                    "anchors_frames": len(anchors) // ANCHOR_ENTRY.size,
+                }
+                first = (at, None, [marker_row(data)])
+                written = write_generation(
+                    self.log_dir, old_head + 1, old_digest, self.segment_bytes, first, batches,
+                    anchors, progress,
+                )
+                tip.refresh()  # follows the new generation (it starts at our head + 1)
+                remove_older(self.log_dir, written.base)
+                return written
+            finally:
+                lock.release()
+
+    def anchor_digest(self, seq: int) -> bytes | None:
+        """The digest the current generation's anchors file records at ``seq`` (a frame
+        end of an older generation; None otherwise). The file is checked against the
+        blake3 its ``ledger.compacted`` event records first."""
+        base = self.base
+        if base == 1 or seq >= base:
+            return None
+        anchors = read_anchors(self.log_dir, base)
+        for ev in self.read(base, base):
+            if ev.data.get("anchors_blake3") != blake3.blake3(anchors).hexdigest():
+                raise CorruptLogError(self.log_dir / anchors_name(base), 0,
+                                      "anchors file does not match ledger.compacted")
+        return anchor_digest(anchors, seq)
+
     # --- reading --------------------------------------------------------------------
     # Reads take no lock: they go to the Reader, which walks segments itself.
 
@@ -230,6 +328,18 @@ class Ledger:
     def read_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Batch]:
         """Whole batches overlapping the range, in order, checked against the chain."""
         return cast(Iterator[Batch], self._scan(max(1, from_seq), to_seq, BATCHES))
+
+    def read_raw_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[RawBatch]:
+        """Whole batches overlapping the range, each event as its stored bytes,
+        chain-checked as :meth:`read` is (what compaction and export copy)."""
+        return cast(Iterator[RawBatch], self._scan(max(1, from_seq), to_seq, RAW))
+
+    def read_digests(
+        self, from_seq: int = 1, to_seq: int | None = None
+    ) -> Iterator[tuple[int, int, bytes]]:
+        """``(first_seq, last_seq, chain digest)`` of every frame in the range."""
+        return cast(Iterator[tuple[int, int, bytes]],
+                    self._scan(max(1, from_seq), to_seq, DIGESTS))
 
     def read_raw(self, seq: int) -> StoredEvent | None:
         """Event ``seq`` alone, at about the cost of its own bytes (see ``point.py``).
@@ -243,7 +353,7 @@ class Ledger:
             self._check_open()
             if seq > self._tip.head:
                 self._tip.refresh()
-            if seq < 1 or seq > self._tip.head:
+            if seq < self._tip.gen_base or seq > self._tip.head:
                 return None
         try:
             return self._points.read(seq)
@@ -259,10 +369,10 @@ class Ledger:
             self._tip.refresh()
             if seq == self._tip.head:
                 return self._tip.digest
-            head = self._tip.head
-        if seq == 0:
+            head, base = self._tip.head, self._tip.gen_base
+        if seq == 0 and base == 1:
             return GENESIS_DIGEST
-        if seq < 0 or seq > head:
+        if seq < base or seq > head:  # below a generation's cut: see anchor.py
             return None
         for _first, last, digest in self._scan(seq, seq, DIGESTS):
             return cast(bytes, digest) if last == seq else None
