@@ -113,6 +113,8 @@ def _report_text(r: VerifyReport, ctx: Ctx, anchor: Anchor | None, why: str | No
     counts: dict[str, Any] = {"event": r.events, "frame": r.frames, "segment": r.segments}
     summary = ", ".join(f"{v} {k}{'' if v == 1 else 's'}" for k, v in counts.items())
     summary += f", head seq {r.head_seq}"
+    if r.base_seq > 1:
+        summary += f" (generation from seq {r.base_seq})"
     where = safe(str(ctx.log_dir))
     if r.ok:
         lines = [f"ok: {where}: {summary}"]

@@ -41,7 +41,8 @@ Progress = Callable[[int], None]
 
 @attrs.define
 class Plan:
-    """What compaction of a log up to ``head`` keeps."""
+    """What compaction of a log up to ``head`` keeps (``events`` and the byte counts
+    leave out the previous ``ledger.compacted`` marker, which is never kept)."""
 
     base: int
     head: int
@@ -89,7 +90,7 @@ def _decode(row: bytes, seq: int, at: float) -> Event | None:
 def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = None) -> Plan:
     """Fold ``batches`` (the whole current generation) and decide what to keep."""
     caches: dict[Any, CacheState] = {}  # per project (None: project scope)
-    files: list[tuple[int, int, Any, bytes]] = []  # (seq, batch, project, key) of cache.files
+    files: list[tuple[int, int, Any, str | None]] = []  # (seq, batch, project, key) of cache.files
     put_batch: dict[int, int] = {}  # seq of a cache.put -> first seq of its batch
     sizes: dict[int, int] = {}
     plan = Plan(base=0, head=0, keep=set())
@@ -101,11 +102,15 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
         plan.last_at = b.at
         for i, row in enumerate(b.rows):
             seq = b.first_seq + i
-            plan.events += 1
-            plan.bytes_total += len(row)
             plan.head = seq
             ev = _decode(row, seq, b.at)
             kind = ev.kind if ev is not None else ""
+            if kind == COMPACTED:
+                # the previous generation's marker: format overhead, not content (the new
+                # marker and anchors file cover it); not counted, never kept
+                continue
+            plan.events += 1
+            plan.bytes_total += len(row)
             data = ev.data if ev is not None and isinstance(ev.data, dict) else {}
             if ev is not None and kind in (PUT, EVICTED):
                 project = data.get("project")
@@ -121,8 +126,6 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
                 files.append((seq, b.first_seq, data.get("project"), ev.key))
                 sizes[seq] = len(row)
                 continue
-            if kind == COMPACTED:
-                continue  # the previous generation's marker: the new anchors file covers it
             plan.keep.add(seq)
             plan.bytes_kept += len(row)
         if progress is not None:
@@ -150,6 +153,8 @@ def _dropped_kinds(plan: Plan, batches: Iterable[RawBatch]) -> None:
             if b.first_seq + i not in plan.keep:
                 ev = _decode(row, b.first_seq + i, b.at)
                 kind = ev.kind if ev is not None else "(undecodable)"
+                if kind == COMPACTED:
+                    continue
                 plan.dropped[kind] = plan.dropped.get(kind, 0) + 1
 
 

@@ -1,0 +1,47 @@
+"""Maintenance of the log itself: ``compact`` (a new generation of what the views need)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .options import Ctx, examples, store_options
+from .views import progress_bar
+
+
+@examples("ctxledger compact --dry-run", "ctxledger compact --json")
+@click.command("compact")
+@store_options
+@click.option("--dry-run", is_flag=True, help="Only report what would be dropped; write nothing.")
+def compact(ctx: Ctx, dry_run: bool) -> None:
+    """Rewrite the log as a new generation holding only what the views need.
+
+    Drops superseded and evicted cache entries (and their evictions); keeps
+    every live entry, task, handoff and calibration event in order with its
+    time. The new generation starts past the old head, its first event
+    (ledger.compacted) records the old head and chain digest, and the old
+    generation is removed only once the new one is durable. Writers wait on
+    the writer lock meanwhile (bounded by their lock timeout). Seqs of kept
+    events change; anchors taken before still verify (docs/operations.md).
+    """
+    from projections.compaction import compact as compact_log
+
+    led = ctx.ledger(write=not dry_run)
+    with progress_bar(ctx, led.head - led.base + 1, "compacting") as bar:
+        report = compact_log(led, dry_run=dry_run, progress=bar)
+    ctx.emit(report.to_json(), human=_human)
+
+
+def _human(doc: dict[str, Any]) -> str:
+    frac = f"{doc['live_fraction']:.1%}"
+    dropped = ", ".join(f"{n} {k}" for k, n in doc["dropped_by_kind"].items()) or "nothing"
+    head = (f"seqs {doc['base_seq']}..{doc['head_seq']}: {doc['events']} events, "
+            f"{doc['event_bytes']} bytes; live {doc['kept_events']} events, {doc['kept_bytes']} "
+            f"bytes ({frac})")
+    if doc["dry_run"]:
+        return f"dry run: {head}\nwould drop: {dropped}"
+    if not doc["compacted"]:
+        return f"nothing to compact: {head}"
+    return (f"compacted: {head}\ndropped: {dropped}\nnew generation: seqs "
+            f"{doc['new_base_seq']}..{doc['new_head_seq']}, {doc['new_segment_bytes']} bytes")
