@@ -414,6 +414,12 @@ CASES = [
     case("huge", "log head", "--root", f"R/{LONG}", code=1),
     case("control", "log head", "--root", "R/\x1b[2J", code=1),  # no store there
     case("traversal", "log head", "--root", PASSWD),
+    case("types", "compact", "--root", R, "extra"),
+    case("types", "compact", "--root", R, "--dry-run=maybe"),
+    case("huge", "compact", "--root", f"R/{LONG}", code=1),
+    case("control", "compact", "--root", "R/\x1b[2J", code=1),  # no store there
+    case("traversal", "compact", "--root", PASSWD),
+    case("utf8", "compact", "--root", R, "--storage-scope", b"agent\xff"),
     case("types", "verify", "--root", R, "--anchor", "12"),  # no digest
     case("control", "verify", "--root", R, "--anchor", "1:\x1b[2J"),
     case("utf8", "verify", "--root", R, "--anchor", b"1:\xff"),
