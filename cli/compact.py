@@ -41,7 +41,9 @@ def _human(doc: dict[str, Any]) -> str:
             f"bytes ({frac})")
     if doc["dry_run"]:
         return f"dry run: {head}\nwould drop: {dropped}"
+    left = (f"\nremoved {doc['removed_files']} file(s) an interrupted compaction left"
+            if doc["removed_files"] else "")
     if not doc["compacted"]:
-        return f"nothing to compact: {head}"
+        return f"nothing to compact: {head}{left}"
     return (f"compacted: {head}\ndropped: {dropped}\nnew generation: seqs "
             f"{doc['new_base_seq']}..{doc['new_head_seq']}, {doc['new_segment_bytes']} bytes")

@@ -151,6 +151,8 @@ class Written:
     events: int
     size: int
     path: Path
+    removed: tuple[str, ...] = ()
+    """Files of the older generation removed after the commit."""
 
 
 def _durable_file(path: Path, data: bytes) -> None:

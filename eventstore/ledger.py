@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import attrs
 import blake3
 import cbor2
 
@@ -299,8 +300,21 @@ class Ledger:
                     anchors, progress,
                 )
                 tip.refresh()  # follows the new generation (it starts at our head + 1)
-                remove_older(self.log_dir, written.base)
-                return written
+                removed = remove_older(self.log_dir, written.base)
+                return attrs.evolve(written, removed=tuple(removed))
+            finally:
+                lock.release()
+
+    def remove_leftovers(self) -> list[str]:
+        """Remove what an interrupted compaction left (older generations' segments and
+        anchors files, a generation never committed): under the writer lock."""
+        with self._mutex:
+            self._check_writable()
+            lock = self._writer_lock()
+            lock.acquire()
+            try:
+                self._tip.refresh()
+                return remove_older(self.log_dir, self._tip.gen_base)
             finally:
                 lock.release()
 

@@ -198,7 +198,13 @@ class Tip:
                                    else 1, len(segs) == 1):
                 return
         assert self.path is not None
-        fd = self.active_fd()
+        try:
+            fd = self.active_fd()
+        except LedgerIOError as e:
+            if isinstance(e.__cause__, FileNotFoundError):  # removed by a new generation
+                self._reload()
+                return
+            raise
         try:
             # Zeros at ``end`` (preallocated space) mean nothing new: a frame another
             # process writes always starts with its non-zero magic (junk that a power

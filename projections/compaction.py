@@ -179,6 +179,7 @@ class CompactReport:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dry_run": self.dry_run, "compacted": self.compacted}
         out.update(self.plan.to_json())
+        out["removed_files"] = len(self.removed)
         if self.compacted:
             out.update({"new_base_seq": self.new_base, "new_head_seq": self.new_head,
                         "new_segment_bytes": self.segment_bytes})
@@ -204,8 +205,11 @@ def compact(
         head = ledger.head
         plan = plan_compaction(ledger.read_raw_batches(1, head), progress)
         _dropped_kinds(plan, ledger.read_raw_batches(1, head))
-        if dry_run or plan.events == 0 or plan.kept == plan.events:
-            return CompactReport(plan, dry_run, False)
+        if dry_run:
+            return CompactReport(plan, True, False)
+        if plan.events == 0 or plan.kept == plan.events:
+            # nothing to drop: no new generation, only what a crash may have left
+            return CompactReport(plan, False, False, removed=tuple(ledger.remove_leftovers()))
         info = {"kept_events": plan.kept, "dropped_events": plan.events - plan.kept,
                 "compacted_at": clock()}
         at = plan.first_at if plan.kept else plan.last_at
@@ -218,5 +222,6 @@ def compact(
             if attempt == attempts - 1:
                 raise
             continue
-        return CompactReport(plan, False, True, written.base, written.head, written.size)
+        return CompactReport(plan, False, True, written.base, written.head, written.size,
+                             tuple(written.removed))
     raise AssertionError("unreachable")
