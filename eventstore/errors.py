@@ -83,6 +83,15 @@ class CompactionRefusedError(LedgerError):
     """Compaction or salvage cannot proceed; the log is left as it was."""
 
 
+class ImportRefusedError(LedgerError):
+    """A file ``log import`` refuses (it does not parse or does not chain); nothing
+    was written."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}; nothing was imported")
+        self.line, self.reason = line, reason
+
+
 class WriterPoisonedError(LedgerIOError):
     """A sync failed earlier; this handle refuses appends until the log is reopened."""
 

@@ -176,12 +176,14 @@ def write_generation(
     base: int,
     prev_digest: bytes,
     roll_bytes: int,
-    first: RawRows,
     batches: Iterable[RawRows],
-    anchors: bytes,
+    anchors: bytes | None,
     progress: Callable[[int], None] | None = None,
 ) -> Written:
     """Write and commit a generation starting at ``base``; call under the writer lock.
+
+    ``anchors`` None: not a generation start but the first segment of a log
+    (``log import`` of a log that starts at seq 1 into an empty directory).
 
     Every step is synced whatever the log's sync mode. Any failure before the
     rename leaves the old generation in use and removes the temp segment; a
@@ -192,17 +194,19 @@ def write_generation(
     tmp = log_dir / (segment_name(base) + ".tmp")
     seq, digest, frames, events = base, prev_digest, 0, 0
     try:
-        _durable_file(log_dir / anchors_name(base), anchors)
+        if anchors is not None:
+            _durable_file(log_dir / anchors_name(base), anchors)
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         fd = private.create_file(tmp, os.O_RDWR | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
         try:
-            head = encode_segment_header(base, prev_digest, roll_bytes, generation_start=True)
+            head = encode_segment_header(base, prev_digest, roll_bytes,
+                                         generation_start=anchors is not None)
             _osio.write_all(fd, head, 0)
             pos = len(head)
-            for at, batch_id, rows in _chain([first], batches):
+            for at, batch_id, rows in batches:
                 frame, digest = encode_frame_parts(
                     digest, seq, len(rows), (payload_prefix(at, batch_id), encode_raw_rows(rows))
                 )
@@ -237,7 +241,7 @@ def write_generation(
     return Written(base, seq - 1, digest, frames, events, pos, final)
 
 
-def _chain(*parts: Iterable[RawRows]) -> Iterable[RawRows]:
+def chain(*parts: Iterable[RawRows]) -> Iterable[RawRows]:
     for part in parts:
         yield from part
 

@@ -9,6 +9,7 @@ retries) and :class:`~eventstore.reader.Reader` (reads and frame indexes).
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from . import private
 from .errors import (
     CompactionRefusedError,
     CorruptLogError,
+    GenerationChangedError,
     HeadMismatchError,
     LedgerClosedError,
     LedgerError,
@@ -32,6 +34,7 @@ from .errors import (
     WriterPoisonedError,
 )
 from .event import Event, Receipt, encode_batch
+from .export import Imported, export_lines
 from .frame import GENESIS_DIGEST
 from .generation import (
     ANCHOR_ENTRY,
@@ -40,6 +43,7 @@ from .generation import (
     anchor_digest,
     anchors_name,
     build_anchors,
+    chain,
     marker_row,
     read_anchors,
     remove_older,
@@ -49,6 +53,7 @@ from .lock import WriterLock
 from .point import PointReader
 from .reader import BATCHES, DIGESTS, EVENTS, RAW, Reader
 from .records import Batch, RawBatch, StoredEvent
+from .segments import list_all_segments, list_generation, read_header
 from .tip import Tip
 from .verify import VerifyReport, verify_log
 from .window import BatchWindow
@@ -296,14 +301,64 @@ class Ledger:
                 }
                 first = (at, None, [marker_row(data)])
                 written = write_generation(
-                    self.log_dir, old_head + 1, old_digest, self.segment_bytes, first, batches,
-                    anchors, progress,
+                    self.log_dir, old_head + 1, old_digest, self.segment_bytes,
+                    chain([first], batches), anchors, progress,
                 )
                 tip.refresh()  # follows the new generation (it starts at our head + 1)
                 removed = remove_older(self.log_dir, written.base)
                 return attrs.evolve(written, removed=tuple(removed))
             finally:
                 lock.release()
+
+    def import_log(
+        self, imported: Imported, progress: Callable[[int], None] | None = None
+    ) -> Written:
+        """Write a checked export (:func:`export.check_import`) into this log, which must
+        be empty (no segment at all): one segment, committed by one rename, seqs and
+        digests as in the file. Under the writer lock."""
+        with self._mutex:
+            self._check_writable()
+            lock = self._writer_lock()
+            lock.acquire()
+            try:
+                self._tip.refresh()
+                if self._tip.head or list_all_segments(self.log_dir):
+                    raise LedgerError(f"{self.log_dir} is not empty: log import only "
+                                      "writes into a store whose log has no event")
+                base = imported.batches[0].first_seq
+                written = write_generation(
+                    self.log_dir, base, imported.prev_digest, self.segment_bytes,
+                    ((b.at, b.batch_id, list(b.rows)) for b in imported.batches),
+                    imported.anchors, progress,
+                )
+                if written.digest != imported.head_digest:  # checked already: a bug if not
+                    raise LedgerError("imported log does not end at the file's digest")
+                self._tip.refresh()
+                return written
+            finally:
+                lock.release()
+
+    def export_lines(
+        self, from_seq: int = 1, to_seq: int | None = None, kind: str | None = None
+    ) -> Iterator[str]:
+        """The log (or the frames overlapping a seq range) as JSON Lines (``export.py``)."""
+        base = self.base
+        start = max(from_seq, base)
+        batches = self.read_raw_batches(start, to_seq)
+        first = next(batches, None)
+        if first is None:
+            return iter(())
+        if first.first_seq == base:
+            segs, gen = list_generation(self.log_dir)
+            prev = read_header(segs[0][1]).prev_digest if gen else GENESIS_DIGEST
+        else:
+            got = self.digest_at(first.first_seq - 1)
+            if got is None:
+                raise GenerationChangedError(self.log_dir)
+            prev = got
+        anchors = read_anchors(self.log_dir, base) if base > 1 and start == base else None
+        return export_lines(itertools.chain([first], batches), prev, from_seq=from_seq,
+                            to_seq=to_seq, kind=kind, anchors=anchors)
 
     def remove_leftovers(self) -> list[str]:
         """Remove what an interrupted compaction left (older generations' segments and

@@ -104,6 +104,9 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("rebuild",), ["rebuild", *R, "--projection", HOSTILE], None),
         (("checkpoint",), ["checkpoint", *R], None),
         (("verify",), ["verify", *R], None),
+        (("log", "export"), ["log", "export", *R], None),
+        (("log", "export"), ["log", "export", *R, "--kind", f"k{HOSTILE}"], None),
+        (("log", "import"), ["log", "import", *R, str(r / "key")], None),  # refused
         (("compact",), ["compact", *R, "--dry-run"], None),
         (("compact",), ["compact", *R], None),  # live entries, tasks and the handle survive
         (("verify",), ["verify", *R], None),
