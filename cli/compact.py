@@ -47,3 +47,34 @@ def _human(doc: dict[str, Any]) -> str:
         return f"nothing to compact: {head}{left}"
     return (f"compacted: {head}\ndropped: {dropped}\nnew generation: seqs "
             f"{doc['new_base_seq']}..{doc['new_head_seq']}, {doc['new_segment_bytes']} bytes")
+
+
+@examples("ctxledger salvage", "ctxledger salvage --json")
+@click.command("salvage")
+@store_options
+def salvage(ctx: Ctx) -> None:
+    """Repair a log with mid-log corruption: keep every batch that checks out.
+
+    Every frame whose structure, payload and chain digest check out is copied,
+    in order and with its time and batch id, into a new log generation whose
+    first event (ledger.salvaged) lists the seqs lost. Damaged segments are
+    copied to log/quarantine/ first; nothing is deleted before it is there.
+    A log that verifies is left alone. Take a copy of the store first.
+    """
+    from eventstore.segments import list_segments
+
+    led = ctx.ledger(write=True)
+    with progress_bar(ctx, len(list_segments(ctx.log_dir)), "salvaging") as bar:
+        report = led.salvage(progress=bar)
+    ctx.emit(report.to_json(), human=_salvage_human)
+
+
+def _salvage_human(doc: dict[str, Any]) -> str:
+    if not doc["salvaged"]:
+        return "nothing to salvage: every batch checks out (a torn tail, if any, is cut by " \
+               "the next append)"
+    lost = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in doc["lost"]) or "none"
+    return (f"salvaged: kept {doc['kept_events']} events, lost {doc['lost_events']} "
+            f"(seqs {lost})\n"
+            f"damaged segments copied to quarantine/: {', '.join(doc['quarantined']) or '-'}\n"
+            f"new generation: seqs {doc['new_base_seq']}..{doc['new_head_seq']}")

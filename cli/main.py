@@ -53,6 +53,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "cli.mcp:mcp",
     "storage": "cli.storage:storage",
     "compact": "cli.compact:compact",
+    "salvage": "cli.compact:salvage",
 }
 """Every top-level command: name -> ``"module:attribute"`` of a click command or group."""
 

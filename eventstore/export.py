@@ -37,7 +37,7 @@ from .frame import (
     encode_raw_rows,
     payload_prefix,
 )
-from .generation import COMPACTED
+from .generation import MARKERS
 from .jsonout import dumps, to_jsonable
 from .jsontext import loads_strict
 from .records import RawBatch
@@ -77,7 +77,7 @@ def export_lines(
             }
             if i == 0:
                 line["prev_digest"] = prev.hex()
-            if obj[0] == COMPACTED and anchors is not None and i == 0:
+            if obj[0] in MARKERS and anchors is not None and i == 0:
                 line["anchors"] = anchors.hex()
             yield dumps(line, compact=True)
         prev = digest
@@ -183,7 +183,7 @@ def check_import(f: IO[bytes], limit: int = MAX_LINE_BYTES) -> Imported:
             raise ImportRefusedError(n, "data differs from what cbor holds")
         if n == 1:
             expect = seq
-            if seq != 1 and dec[0] != COMPACTED:
+            if seq != 1 and dec[0] not in MARKERS:
                 raise ImportRefusedError(n, f"the file starts at seq {seq}: only a whole log (from "
                                    "seq 1, or from a compaction's ledger.compacted) imports")
         if seq != expect:
@@ -204,10 +204,10 @@ def check_import(f: IO[bytes], limit: int = MAX_LINE_BYTES) -> Imported:
                 raise ImportRefusedError(n, "prev_digest is not the digest of the frame before")
             cur = {"first_seq": seq, "count": batch["count"], "batch_id": batch["batch_id"],
                    "at": float(at), "digest": digest}
-            if dec[0] == COMPACTED and n == 1:
+            if dec[0] in MARKERS and n == 1:
                 anchors = _hex(n, obj, "anchors")
                 if blake3.blake3(anchors).hexdigest() != dec[2].get("anchors_blake3"):
-                    raise ImportRefusedError(n, "anchors do not match ledger.compacted")
+                    raise ImportRefusedError(n, f"anchors do not match {dec[0]}")
         elif cur is None or batch["first_seq"] != cur["first_seq"]:
             raise ImportRefusedError(n, "an event outside the frame it names")
         if (batch["count"], batch["batch_id"], float(at), digest) != (

@@ -47,6 +47,10 @@ from .segments import TMP_RE, list_all_segments, segment_name
 
 COMPACTED = "ledger.compacted"
 """The first event of a generation written by ``compact``."""
+SALVAGED = "ledger.salvaged"
+"""The first event of a generation written by ``salvage``."""
+MARKERS = frozenset({COMPACTED, SALVAGED})
+"""The kinds a generation may start with."""
 
 ANCHORS_RE = re.compile(r"(\d{20})\.anchors")
 ANCHOR_ENTRY = struct.Struct("<Q32s")
@@ -127,13 +131,13 @@ def check_generation_start(
     if isinstance(got, str):
         return got
     kind, d = got
-    if kind != COMPACTED:
-        return f"a generation must start with {COMPACTED}, not {kind}"
+    if kind not in MARKERS:
+        return f"a generation must start with {COMPACTED} or {SALVAGED}, not {kind}"
     if d.get("old_head") != hdr.base_seq - 1 or d.get("old_digest") != hdr.prev_digest.hex():
-        return f"{COMPACTED} does not name the head the segment header continues"
+        return f"{kind} does not name the head the segment header continues"
     anchors = read_anchors(log_dir, hdr.base_seq)
     if blake3.blake3(anchors).hexdigest() != d.get("anchors_blake3"):
-        return f"{anchors_name(hdr.base_seq)} is missing or does not match {COMPACTED}"
+        return f"{anchors_name(hdr.base_seq)} is missing or does not match {kind}"
     if anchors and anchors[-ANCHOR_ENTRY.size:] != ANCHOR_ENTRY.pack(
             hdr.base_seq - 1, hdr.prev_digest):
         return f"{anchors_name(hdr.base_seq)} does not end at the old head"

@@ -53,7 +53,15 @@ from .lock import WriterLock
 from .point import PointReader
 from .reader import BATCHES, DIGESTS, EVENTS, RAW, Reader
 from .records import Batch, RawBatch, StoredEvent
-from .segments import list_all_segments, list_generation, read_header
+from .salvage import SALVAGED, SalvageReport
+from .salvage import scan as salvage_scan
+from .segments import (
+    list_all_segments,
+    list_generation,
+    quarantine_bytes,
+    read_header,
+    segment_content,
+)
 from .tip import Tip
 from .verify import VerifyReport, verify_log
 from .window import BatchWindow
@@ -359,6 +367,73 @@ class Ledger:
         anchors = read_anchors(self.log_dir, base) if base > 1 and start == base else None
         return export_lines(itertools.chain([first], batches), prev, from_seq=from_seq,
                             to_seq=to_seq, kind=kind, anchors=anchors)
+
+    def salvage(
+        self, clock: Callable[[], float] = time.time,
+        progress: Callable[[int], None] | None = None,
+    ) -> SalvageReport:
+        """Repair mid-log corruption: keep every frame that checks out (salvage.py) in a
+        new generation starting past the highest seq seen, whose first event
+        ``ledger.salvaged`` lists the lost seq ranges; copy each damaged segment to
+        ``quarantine/`` first (never deleted before its copy is synced). A log with
+        nothing lost and nothing damaged is left as it is (``salvaged`` false).
+        ``progress`` hears of each segment read."""
+        with self._mutex:
+            if self._closed:
+                raise LedgerClosedError("ledger is closed")
+            if self.readonly:
+                raise LedgerError("ledger was opened read-only")
+            lock = self._writer_lock()
+            lock.acquire()
+            try:
+                segs, gen = list_generation(self.log_dir)
+                contents = []
+                for _b, p in segs:
+                    contents.append((p, segment_content(p)))
+                    if progress is not None:
+                        progress(1)
+                start_seq, start_digest = 1, GENESIS_DIGEST
+                if gen:
+                    hdr = read_header(segs[0][1], contents[0][1])
+                    start_seq, start_digest = hdr.base_seq, hdr.prev_digest
+                found = salvage_scan(contents, start_seq, start_digest)
+                if not found.lost and not found.damaged:
+                    return SalvageReport(found, False)
+                quarantined = []
+                for path, data in contents:
+                    if path.name in found.damaged:
+                        try:
+                            q = quarantine_bytes(self.log_dir, path.name, data, "damaged")
+                        except OSError as e:
+                            raise LedgerIOError(f"cannot copy {path.name} to quarantine/: "
+                                                f"{e.strerror or e}") from e
+                        quarantined.append(q.name)
+                old_base = segs[0][0] if gen else 1
+                older = read_anchors(self.log_dir, old_base) if gen else b""
+                anchors = older + b"".join(ANCHOR_ENTRY.pack(s, d) for s, d in found.frames)
+                marker = {
+                    "old_base": old_base, "old_head": found.head,
+                    "old_digest": found.head_digest.hex(),
+                    "anchors_blake3": blake3.blake3(anchors).hexdigest(),
+                    "anchors_frames": len(anchors) // ANCHOR_ENTRY.size,
+                    "lost": found.lost, "lost_events": found.lost_events,
+                    "kept_events": sum(len(b.rows) for b in found.batches),
+                    "quarantined": quarantined, "salvaged_at": clock(),
+                }
+                at = found.batches[0].at if found.batches else clock()
+                first = (at, None, [cbor2.dumps([SALVAGED, None, marker])])
+                written = write_generation(
+                    self.log_dir, found.head + 1, found.head_digest, self.segment_bytes,
+                    chain([first], ((b.at, b.batch_id, list(b.rows)) for b in found.batches)),
+                    anchors,
+                )
+                removed = remove_older(self.log_dir, written.base)
+                self._tip.fault = None
+                self._tip._reload()
+                return SalvageReport(found, True, attrs.evolve(written, removed=tuple(removed)),
+                                     tuple(quarantined))
+            finally:
+                lock.release()
 
     def remove_leftovers(self) -> list[str]:
         """Remove what an interrupted compaction left (older generations' segments and

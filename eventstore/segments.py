@@ -160,6 +160,13 @@ def data_end(fd: int, size: int) -> int:
     return min(size, SEGMENT_HEADER_SIZE)
 
 
+def segment_content(path: Path) -> bytes:
+    """A segment's bytes without the zeros preallocated past its last frame."""
+    data = read_bytes(path)
+    end = content_end(data, SEGMENT_HEADER_SIZE)
+    return data if end == len(data) else data[:end]
+
+
 def open_segment(path: Path) -> int:
     """A read-only fd on a segment (the caller closes it); LedgerIOError on failure."""
     try:
@@ -275,11 +282,12 @@ def _candidates(qdir: Path, stem: str, suffix: str) -> Iterator[Path]:
         n += 1
 
 
-def quarantine_bytes(log_dir: Path, stem: str, data: bytes) -> Path:
-    """Write ``data`` to a new file ``quarantine/<stem>.torn`` (or ``<stem>.<n>.torn``
-    if taken), fsync it and the directory; raises ``OSError`` (nothing left behind)."""
+def quarantine_bytes(log_dir: Path, stem: str, data: bytes, suffix: str = "torn") -> Path:
+    """Write ``data`` to a new file ``quarantine/<stem>.<suffix>`` (or
+    ``<stem>.<n>.<suffix>`` if taken), fsync it and the directory; raises ``OSError``
+    (nothing left behind)."""
     qdir, created = _quarantine_dir(log_dir)
-    for path in _candidates(qdir, stem, "torn"):
+    for path in _candidates(qdir, stem, suffix):
         try:
             fd = private.create_file(path, os.O_WRONLY | os.O_EXCL)
             break

@@ -31,7 +31,7 @@ import attrs
 import cbor2
 
 from eventstore import Event, HeadMismatchError, Ledger
-from eventstore.generation import COMPACTED, RawRows
+from eventstore.generation import MARKERS, RawRows
 from eventstore.records import RawBatch
 
 from .cache import EVICTED, FILES, PUT, CacheState
@@ -105,7 +105,7 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
             plan.head = seq
             ev = _decode(row, seq, b.at)
             kind = ev.kind if ev is not None else ""
-            if kind == COMPACTED:
+            if kind in MARKERS:
                 # the previous generation's marker: format overhead, not content (the new
                 # marker and anchors file cover it); not counted, never kept
                 continue
@@ -153,7 +153,7 @@ def _dropped_kinds(plan: Plan, batches: Iterable[RawBatch]) -> None:
             if b.first_seq + i not in plan.keep:
                 ev = _decode(row, b.first_seq + i, b.at)
                 kind = ev.kind if ev is not None else "(undecodable)"
-                if kind == COMPACTED:
+                if kind in MARKERS:
                     continue
                 plan.dropped[kind] = plan.dropped.get(kind, 0) + 1
 

@@ -18,7 +18,7 @@ import attrs
 
 from eventstore import Event, GenerationChangedError, LedgerIOError, LogBackend
 from eventstore.event import EVENT_BUILDERS
-from eventstore.generation import COMPACTED
+from eventstore.generation import MARKERS
 
 from .checkpoints import CheckpointDir
 from .scope import is_project_event
@@ -381,12 +381,12 @@ class NewGeneration(Exception):
 
 
 def generation_events(events: Iterable[Event], states: list[State]) -> Iterator[Event]:
-    """``events`` without the generation markers (``ledger.compacted``), which only
+    """``events`` without the generation markers (``ledger.compacted``/``salvaged``), which only
     advance the watermarks. A marker reached by a state folded from the generation
     before it raises :class:`NewGeneration`: that state holds events the new
     generation replaced (format.md §12), and must be folded afresh."""
     for ev in events:
-        if ev.kind != COMPACTED:
+        if ev.kind not in MARKERS:
             yield ev
             continue
         seq = ev.seq

@@ -428,6 +428,11 @@ CASES = [
     case("control", "log import", "--root", R, "R/\x1b[2J"),  # no such file
     case("utf8", "log import", "--root", R, "R/bad.json", "--storage-scope", b"agent\xff"),
     case("traversal", "log import", "--root", R, PASSWD, code=1),  # read, refused, nothing written
+    case("types", "salvage", "--root", R, "extra"),
+    case("huge", "salvage", "--root", f"R/{LONG}", code=1),
+    case("control", "salvage", "--root", "R/\x1b[2J", code=1),  # no store there
+    case("traversal", "salvage", "--root", PASSWD),
+    case("utf8", "salvage", "--root", R, "--storage-scope", b"agent\xff"),
     case("types", "compact", "--root", R, "extra"),
     case("types", "compact", "--root", R, "--dry-run=maybe"),
     case("huge", "compact", "--root", f"R/{LONG}", code=1),

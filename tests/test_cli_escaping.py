@@ -107,6 +107,7 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("log", "export"), ["log", "export", *R], None),
         (("log", "export"), ["log", "export", *R, "--kind", f"k{HOSTILE}"], None),
         (("log", "import"), ["log", "import", *R, str(r / "key")], None),  # refused
+        (("salvage",), ["salvage", *R], None),  # nothing to salvage
         (("compact",), ["compact", *R, "--dry-run"], None),
         (("compact",), ["compact", *R], None),  # live entries, tasks and the handle survive
         (("verify",), ["verify", *R], None),
