@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from .options import Ctx, examples, store_options
-from .views import progress_bar
+from .progress import progress_bar
 
 
 @examples("ctxledger compact --dry-run", "ctxledger compact --json")

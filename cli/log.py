@@ -282,7 +282,7 @@ def log_export(ctx: Ctx, from_seq: int, to_seq: int | None, kind: str | None) ->
     """
     if to_seq is not None and to_seq < from_seq:
         raise click.BadParameter(f"{to_seq} is before --from {from_seq}", param_hint="'--to'")
-    from .views import progress_bar, show_progress
+    from .progress import progress_bar, show_progress
 
     led = ctx.ledger()
     total = led.head - max(from_seq, led.base) + 1 if show_progress(ctx) else 0
@@ -310,7 +310,7 @@ def log_import(ctx: Ctx, file: str) -> None:
     """
     from eventstore.export import check_import
 
-    from .views import progress_bar
+    from .progress import progress_bar
 
     led = ctx.ledger(write=True)
     with open(file, "rb") as f:

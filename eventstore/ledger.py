@@ -536,12 +536,13 @@ class Ledger:
             if self._tip.fault is None:
                 self._tip.fault = e
 
-    def verify(self) -> VerifyReport:
-        """Check every byte of every segment; never modifies anything."""
+    def verify(self, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every byte of every segment; never modifies anything (``progress``
+        hears of each segment checked)."""
         with self._mutex:
             if self._closed:
                 raise LedgerClosedError("ledger is closed")
-        return verify_log(self.log_dir)
+        return verify_log(self.log_dir, progress)
 
     # --- lifecycle ------------------------------------------------------------------
 

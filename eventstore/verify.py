@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +79,12 @@ def check_rows(rows: Sequence[Any], count: int) -> str | None:
     return None
 
 
-def verify_log(log_dir: Path) -> VerifyReport:
+def verify_log(log_dir: Path, progress: Callable[[int], None] | None = None) -> VerifyReport:
     """Check headers, chain, seq continuity, checksums and payload shape of every frame.
 
     A torn final frame is reported too (a crash left bytes the next writer will
     cut), so ``ok`` means the files hold exactly the committed batches.
+    ``progress`` hears of each segment checked.
     """
     problems: list[Problem] = []
     events = frames = 0
@@ -112,6 +113,8 @@ def verify_log(log_dir: Path) -> VerifyReport:
                 )
                 segs = segs[:-1]
     for i, (base, path) in enumerate(segs):
+        if progress is not None and i:
+            progress(1)
         last = i == len(segs) - 1
         try:
             data = _content(path)

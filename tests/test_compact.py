@@ -557,3 +557,33 @@ def test_compact_in_a_real_process(tmp_path: Path) -> None:
     v = subprocess.run([sys.executable, "-m", "cli", "verify", "--root", str(tmp_path)],
                        capture_output=True, text=True, env=env, timeout=120)
     assert v.returncode == 0 and "generation from seq" in v.stdout
+
+
+def test_progress_bars_go_to_stderr_only_for_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cli.progress
+
+    fill(tmp_path, n=3)
+    run = CliRunner().invoke
+    (tmp_path / "x.jsonl").write_text(run(ctxledger, ["log", "export", "--root",
+                                                     str(tmp_path)]).stdout)
+    plain_out = run(ctxledger, ["compact", "--root", str(tmp_path), "--dry-run"])
+    assert plain_out.stderr == ""  # CliRunner's stderr is no terminal: no bar
+    monkeypatch.setattr(cli.progress, "show_progress", lambda ctx: not ctx.json)
+    for argv, label in [
+        (["compact", "--dry-run"], "compacting"),
+        (["verify"], "verifying"),
+        (["salvage"], "salvaging"),
+        (["log", "export"], "exporting"),
+        (["rebuild"], "rebuilding"),
+    ]:
+        res = run(ctxledger, [*argv, "--root", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        assert label in res.stderr and label not in res.stdout, argv
+    b = tmp_path / "b"
+    assert run(ctxledger, ["init", "--root", str(b)]).exit_code == 0
+    res = run(ctxledger, ["log", "import", "--root", str(b), str(tmp_path / "x.jsonl")])
+    assert res.exit_code == 0 and "importing" in res.stderr
+    quiet = run(ctxledger, ["compact", "--root", str(tmp_path), "--dry-run", "--json"])
+    assert quiet.stderr == ""  # never with --json
