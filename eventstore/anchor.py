@@ -60,7 +60,7 @@ def check_anchor(log: LogBackend, anchor: Anchor) -> str | None:
     """
     head = log.head
     base: int = getattr(log, "base", 1)
-    if anchor.seq < base:  # taken before a compaction: its anchors file decides
+    if 1 < base and anchor.seq < base:  # taken before a compaction: its anchors file decides
         lookup = getattr(log, "anchor_digest", None)
         got = lookup(anchor.seq) if lookup is not None else None
         if got is None:
