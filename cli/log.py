@@ -237,11 +237,25 @@ def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
 def follow_log(led: LogBackend, after: int, interval: float) -> Iterator[Event]:
     """Events committed after seq ``after``, forever; polls the (readonly) head.
 
+    A new generation (``ledger.compacted``, ``ledger.salvaged``) is printed as its
+    marker event alone: the events after it copy ones committed before.
+
     Stops (BrokenPipeError) when stdout is a pipe whose reader has gone."""
+    from eventstore.generation import MARKERS
+
+    skip = 0  # copies a new generation made of events already committed (not new ones)
     while True:
         head = led.head
         if head > after:
-            yield from led.read(after + 1, head)
+            for e in led.read(after + 1, head):
+                if skip:
+                    skip -= 1
+                elif e.kind in MARKERS:  # compact/salvage: print the marker, not the copies
+                    kept = e.data.get("kept_events")
+                    skip = kept if type(kept) is int and kept > 0 else 0
+                    yield e
+                else:
+                    yield e
             after = head
         elif _reader_gone():  # `tail -f | head -1`: stop now, not at the next event
             raise BrokenPipeError(errno.EPIPE, "stdout was closed")

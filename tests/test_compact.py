@@ -587,3 +587,22 @@ def test_progress_bars_go_to_stderr_only_for_a_terminal(
     assert res.exit_code == 0 and "importing" in res.stderr
     quiet = run(ctxledger, ["compact", "--root", str(tmp_path), "--dry-run", "--json"])
     assert quiet.stderr == ""  # never with --json
+
+
+def test_log_tail_follow_prints_a_cut_as_its_marker_only(tmp_path: Path) -> None:
+    from cli.log import follow_log
+
+    with Ledger.open(tmp_path / "log") as led:
+        led.append([Event("cache.put", "a" * 64, {"bytes": 1, "packet": {"target": "t"}})])
+        led.append([Event("task.note", "t", {"i": 1})])
+        follow = follow_log(led, led.head, 0.01)
+        led.append([Event("task.note", "t", {"i": 2})])
+        assert next(follow).data == {"i": 2}
+        led.append([Event("cache.evicted", "a" * 64, {"reason": "manual_prune"})])
+        assert next(follow).kind == "cache.evicted"
+        compact(led)
+        led.append([Event("task.note", "t", {"i": 3})])
+        marker = next(follow)
+        assert marker.kind == COMPACTED and marker.data["kept_events"] == 2
+        after = next(follow)  # the two copied task notes are not printed again
+        assert after.data == {"i": 3} and after.seq == led.head
