@@ -138,7 +138,7 @@ def check_generation_start(
     anchors = read_anchors(log_dir, hdr.base_seq)
     if blake3.blake3(anchors).hexdigest() != d.get("anchors_blake3"):
         return f"{anchors_name(hdr.base_seq)} is missing or does not match {kind}"
-    if anchors and anchors[-ANCHOR_ENTRY.size:] != ANCHOR_ENTRY.pack(
+    if kind == COMPACTED and anchors and anchors[-ANCHOR_ENTRY.size:] != ANCHOR_ENTRY.pack(
             hdr.base_seq - 1, hdr.prev_digest):
         return f"{anchors_name(hdr.base_seq)} does not end at the old head"
     return None

@@ -21,7 +21,7 @@ import attrs
 import blake3
 import cbor2
 
-from . import private
+from . import _osio, private
 from .errors import (
     CompactionRefusedError,
     CorruptLogError,
@@ -297,6 +297,7 @@ class Ledger:
                 if tip.head == 0:
                     raise CompactionRefusedError("the log is empty: there is nothing to compact")
                 old_base, old_head, old_digest = tip.gen_base, tip.head, tip.digest
+                self._clear_next_name()
                 older = read_anchors(self.log_dir, old_base) if old_base > 1 else b""
                 anchors = build_anchors(older, self.read_digests(old_base, old_head))
                 data = {
@@ -317,6 +318,23 @@ class Ledger:
                 return attrs.evolve(written, removed=tuple(removed))
             finally:
                 lock.release()
+
+    def _clear_next_name(self) -> None:
+        """Under the lock, before a generation is written at ``head + 1``: a segment that
+        holds no frame may have that name (a roll whose first frame failed, or a crash
+        right after the roll). A torn one goes to quarantine/ as a writer would move it;
+        one with a whole header and no frame holds nothing and is removed."""
+        tip = self._tip
+        if tip.torn_seg is not None:
+            self._writer.set_aside_torn_segment()
+        if tip.path is not None and tip.base == tip.head + 1:
+            path = tip.path
+            try:
+                os.unlink(path)
+                _osio.fsync_dir(self.log_dir)
+            except OSError as e:
+                raise LedgerIOError(f"cannot remove the empty segment {path.name}: "
+                                    f"{e.strerror or e}") from e
 
     def import_log(
         self, imported: Imported, progress: Callable[[int], None] | None = None
@@ -411,8 +429,11 @@ class Ledger:
                 old_base = segs[0][0] if gen else 1
                 older = read_anchors(self.log_dir, old_base) if gen else b""
                 anchors = older + b"".join(ANCHOR_ENTRY.pack(s, d) for s, d in found.frames)
+                # above every seq and every segment name the damaged log has, so names and
+                # seqs only grow (a last segment may hold no readable frame)
+                base = max(found.head, segs[-1][0] if segs else 0) + 1
                 marker = {
-                    "old_base": old_base, "old_head": found.head,
+                    "old_base": old_base, "old_head": base - 1,
                     "old_digest": found.head_digest.hex(),
                     "anchors_blake3": blake3.blake3(anchors).hexdigest(),
                     "anchors_frames": len(anchors) // ANCHOR_ENTRY.size,
@@ -423,7 +444,7 @@ class Ledger:
                 at = found.batches[0].at if found.batches else clock()
                 first = (at, None, [cbor2.dumps([SALVAGED, None, marker])])
                 written = write_generation(
-                    self.log_dir, found.head + 1, found.head_digest, self.segment_bytes,
+                    self.log_dir, base, found.head_digest, self.segment_bytes,
                     chain([first], ((b.at, b.batch_id, list(b.rows)) for b in found.batches)),
                     anchors,
                 )

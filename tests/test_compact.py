@@ -606,3 +606,18 @@ def test_log_tail_follow_prints_a_cut_as_its_marker_only(tmp_path: Path) -> None
         assert marker.kind == COMPACTED and marker.data["kept_events"] == 2
         after = next(follow)  # the two copied task notes are not printed again
         assert after.data == {"i": 3} and after.seq == led.head
+
+
+def test_an_empty_last_segment_does_not_block_a_compaction(tmp_path: Path) -> None:
+    from eventstore.segments import create_segment
+
+    fill(tmp_path, n=3)
+    before = answers(tmp_path)
+    with Ledger.open(log_dir(tmp_path)) as led:
+        head, digest = led.head, led.head_digest
+        # a roll whose first frame never came: a segment with a header and no frame
+        create_segment(log_dir(tmp_path), head + 1, digest, 4096, True)
+    with Ledger.open(log_dir(tmp_path)) as led:
+        assert led.head == head
+        assert compact(led).compacted and led.base == head + 1 and led.verify().ok
+    assert answers(tmp_path) == before

@@ -170,3 +170,19 @@ def test_salvage_command_then_the_store_opens(tmp_path: Path) -> None:
     assert listed.exit_code == 0 and len(json.loads(listed.stdout)["entries"]) == 39
     again = run(ctxledger, ["salvage", "--root", str(tmp_path)])
     assert again.exit_code == 0 and again.stdout.startswith("nothing to salvage")
+
+
+def test_salvage_goes_above_an_empty_last_segment(tmp_path: Path) -> None:
+    from eventstore.segments import create_segment
+
+    d = tmp_path / "log"
+    original = make(d)
+    flip(sorted(d.glob("*.seg"))[1], 64 + 56 + 20)
+    with Ledger.open(d) as led:
+        head = len(original)
+    create_segment(d, head + 1, bytes(32), 4096, True)  # no frame in it
+    with Ledger.open(d) as led:
+        rep = led.salvage()
+        assert rep.salvaged and led.base == head + 2 and led.verify().ok
+        lost = lost_seqs(rep.scan.lost)
+        assert kept_data(led) == [x for s, x in enumerate(original, 1) if s not in lost]
