@@ -245,6 +245,36 @@ def write_generation(
     return Written(base, seq - 1, digest, frames, events, pos, final)
 
 
+SEAL_MAGIC = b"CTXG"
+"""The seal: ``CTXG`` and the new generation's base (u64 LE), written after the last
+frame of the segment a committed generation replaced (format.md §12)."""
+
+
+def open_for_seal(path: Path | None) -> int:
+    """A write descriptor on the segment a generation is about to replace, opened before
+    the commit (its name may be reused after); -1 if it cannot be opened."""
+    if path is None:
+        return -1
+    try:
+        return os.open(path, os.O_WRONLY)
+    except OSError:
+        return -1
+
+
+def seal_segment(fd: int, offset: int, base: int) -> None:
+    """Write the seal at ``offset`` (the end of the old segment's frames) through ``fd``
+    (from :func:`open_for_seal`; the caller closes it), after the commit: handles that follow
+    the old generation meet it as a torn tail and look for the new one. Best effort (a
+    handle also looks on its own, at most ``GEN_CHECK_INTERVAL`` later); never synced:
+    only live processes need it."""
+    if fd < 0:
+        return
+    try:
+        _osio.write_all(fd, SEAL_MAGIC + base.to_bytes(8, "little"), offset)
+    except OSError:
+        pass
+
+
 def chain(*parts: Iterable[RawRows]) -> Iterable[RawRows]:
     for part in parts:
         yield from part

@@ -45,8 +45,10 @@ from .generation import (
     build_anchors,
     chain,
     marker_row,
+    open_for_seal,
     read_anchors,
     remove_older,
+    seal_segment,
     write_generation,
 )
 from .lock import WriterLock
@@ -120,6 +122,7 @@ class Ledger:
             forget_segment=self._reader.drop_index,
         )
         self._tip.on_new_generation = self._forget_generation
+        self._lock_gen: int | None = None  # the lock file's generation field last seen
 
     # --- opening ------------------------------------------------------------------
 
@@ -251,6 +254,11 @@ class Ledger:
     ) -> Receipt:
         tip = self._tip
         tip.refresh()
+        lock = self._lock
+        if lock is not None and lock.generation != self._lock_gen and tip.path is not None:
+            tip.check_generation()  # a compaction or salvage ran since we last looked
+        if lock is not None:
+            self._lock_gen = lock.generation
         tip.check_active()
         tip.end_stable = True  # under the lock nobody can cut what we see now
         if batch_id is not None:
@@ -297,27 +305,45 @@ class Ledger:
                 if tip.head == 0:
                     raise CompactionRefusedError("the log is empty: there is nothing to compact")
                 old_base, old_head, old_digest = tip.gen_base, tip.head, tip.digest
-                self._clear_next_name()
-                older = read_anchors(self.log_dir, old_base) if old_base > 1 else b""
-                anchors = build_anchors(older, self.read_digests(old_base, old_head))
-                data = {
-                    **info,
-                    "old_base": old_base,
-                    "old_head": old_head,
-                    "old_digest": old_digest.hex(),
-                    "anchors_blake3": blake3.blake3(anchors).hexdigest(),
-                    "anchors_frames": len(anchors) // ANCHOR_ENTRY.size,
-                }
-                first = (at, None, [marker_row(data)])
-                written = write_generation(
-                    self.log_dir, old_head + 1, old_digest, self.segment_bytes,
-                    chain([first], batches), anchors, progress,
-                )
-                tip.refresh()  # follows the new generation (it starts at our head + 1)
+                # opened before anything moves: after the commit its name may be reused
+                seal_fd, seal_at = open_for_seal(tip.path), tip.end
+                try:
+                    self._clear_next_name()
+                    older = read_anchors(self.log_dir, old_base) if old_base > 1 else b""
+                    anchors = build_anchors(older, self.read_digests(old_base, old_head))
+                    data = {
+                        **info,
+                        "old_base": old_base,
+                        "old_head": old_head,
+                        "old_digest": old_digest.hex(),
+                        "anchors_blake3": blake3.blake3(anchors).hexdigest(),
+                        "anchors_frames": len(anchors) // ANCHOR_ENTRY.size,
+                    }
+                    first = (at, None, [marker_row(data)])
+                    self._announce_generation(lock, old_head + 1)
+                    written = write_generation(
+                        self.log_dir, old_head + 1, old_digest, self.segment_bytes,
+                        chain([first], batches), anchors, progress,
+                    )
+                    seal_segment(seal_fd, seal_at, written.base)
+                finally:
+                    if seal_fd >= 0:
+                        os.close(seal_fd)
+                tip.refresh()
+                tip.check_generation()  # follows the new generation (at our head + 1)
                 removed = remove_older(self.log_dir, written.base)
                 return attrs.evolve(written, removed=tuple(removed))
             finally:
                 lock.release()
+
+    def _announce_generation(self, lock: WriterLock, base: int) -> None:
+        """Tell every writer, through the lock file, that a generation is being written
+        (before its commit: a writer that reads it checks where the log is)."""
+        try:
+            lock.set_generation(base)
+        except OSError as e:
+            raise LedgerIOError(f"cannot write {lock.path}: {e.strerror or e}") from e
+        self._lock_gen = base
 
     def _clear_next_name(self) -> None:
         """Under the lock, before a generation is written at ``head + 1``: a segment that
@@ -443,11 +469,19 @@ class Ledger:
                 }
                 at = found.batches[0].at if found.batches else clock()
                 first = (at, None, [cbor2.dumps([SALVAGED, None, marker])])
-                written = write_generation(
-                    self.log_dir, base, found.head_digest, self.segment_bytes,
-                    chain([first], ((b.at, b.batch_id, list(b.rows)) for b in found.batches)),
-                    anchors,
-                )
+                self._announce_generation(lock, base)
+                seal_fd = open_for_seal(contents[-1][0] if contents else None)
+                try:
+                    written = write_generation(
+                        self.log_dir, base, found.head_digest, self.segment_bytes,
+                        chain([first], ((b.at, b.batch_id, list(b.rows))
+                                        for b in found.batches)),
+                        anchors,
+                    )
+                    seal_segment(seal_fd, len(contents[-1][1]) if contents else 0, base)
+                finally:
+                    if seal_fd >= 0:
+                        os.close(seal_fd)
                 removed = remove_older(self.log_dir, written.base)
                 self._tip.fault = None
                 self._tip._reload()

@@ -10,6 +10,7 @@ meets is remembered in :attr:`Tip.fault` (the handle then fails closed).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +38,10 @@ from .segments import (
     segment_name,
 )
 from .window import BatchWindow
+
+#: At most this long (seconds) between two looks for a newer generation by a handle
+#: that saw no seal (a compaction that died between its commit and its seal).
+GEN_CHECK_INTERVAL = 0.1
 
 
 class Tip:
@@ -76,6 +81,7 @@ class Tip:
         #: Called when this handle moved to a newer generation (compaction, salvage):
         #: caches keyed by segment (frame indexes, open segments, batch ids) are stale.
         self.on_new_generation: Callable[[], None] = lambda: None
+        self._gen_checked = time.monotonic()  # the last check_generation
 
     # --- opening --------------------------------------------------------------------
 
@@ -245,11 +251,31 @@ class Tip:
             self.end_stable = False
         else:  # nothing past ``end`` but zeros: another writer cut any torn tail we saw
             self.torn = None
+        # Where a new generation could have begun (format.md §12): past a full segment (a
+        # roll, as ever), past a torn tail (the seal a compaction writes at the end of the
+        # segment it replaces looks like one), and, for the instant between a commit and
+        # its seal (a crash there), at most GEN_CHECK_INTERVAL after the last look. So
+        # the usual look at the head costs no extra system call.
+        if self.end >= self.roll_at or self.torn is not None or self._gen_check_due():
+            self.check_generation()
+
+    def _gen_check_due(self) -> bool:
+        now = time.monotonic()
+        if now - self._gen_checked < GEN_CHECK_INTERVAL:
+            return False
+        self._gen_checked = now
+        return True
+
+    def check_generation(self) -> None:
+        """Move on to a segment that starts at ``head + 1`` (a roll, or a new generation
+        at our head), or reload if our segment was removed (we were behind a cut, or two
+        came by). Two ``stat``s; a writer runs it whenever the lock file says a
+        generation was written since it last looked."""
+        assert self.path is not None
+        self._gen_checked = time.monotonic()
         if self._next_segment_exists():
             self._move_on()
         elif not os.path.exists(self.path):
-            # our segment was removed: a newer generation replaced ours (compaction or
-            # salvage by another process) and we were behind its cut, or two came by
             self._reload()
 
     def _move_on(self) -> None:

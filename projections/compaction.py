@@ -130,6 +130,8 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
             plan.bytes_kept += len(row)
         if progress is not None:
             progress(len(b.rows))
+    kinds: dict[str, int] = {PUT: len(put_batch), FILES: len(files)}
+    kinds[EVICTED] = plan.events - plan.kept - kinds[PUT] - kinds[FILES]
     live: dict[tuple[Any, Any], int] = {}  # (project, key hex) -> seq of the live put
     for project, st in caches.items():
         keys, seqs, _created, _tids, _nbytes = st.live_columns()
@@ -143,19 +145,10 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
         if s is not None and put_batch[s] == batch and seq > s:
             plan.keep.add(seq)
             plan.bytes_kept += sizes[seq]
+            kinds[FILES] -= 1
+    kinds[PUT] -= len(live)
+    plan.dropped = {k: n for k, n in kinds.items() if n}
     return plan
-
-
-def _dropped_kinds(plan: Plan, batches: Iterable[RawBatch]) -> None:
-    """Count the dropped events by kind (for the report)."""
-    for b in batches:
-        for i, row in enumerate(b.rows):
-            if b.first_seq + i not in plan.keep:
-                ev = _decode(row, b.first_seq + i, b.at)
-                kind = ev.kind if ev is not None else "(undecodable)"
-                if kind in MARKERS:
-                    continue
-                plan.dropped[kind] = plan.dropped.get(kind, 0) + 1
 
 
 def kept_batches(plan: Plan, batches: Iterable[RawBatch]) -> Iterator[RawRows]:
@@ -204,7 +197,6 @@ def compact(
     for attempt in range(attempts):
         head = ledger.head
         plan = plan_compaction(ledger.read_raw_batches(1, head), progress)
-        _dropped_kinds(plan, ledger.read_raw_batches(1, head))
         if dry_run:
             return CompactReport(plan, True, False)
         if plan.events == 0 or plan.kept == plan.events:

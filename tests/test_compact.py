@@ -621,3 +621,29 @@ def test_an_empty_last_segment_does_not_block_a_compaction(tmp_path: Path) -> No
         assert led.head == head
         assert compact(led).compacted and led.base == head + 1 and led.verify().ok
     assert answers(tmp_path) == before
+
+
+def test_followers_notice_a_cut_by_its_seal_and_writers_by_the_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventstore import ledger, tip
+
+    monkeypatch.setattr(tip, "GEN_CHECK_INTERVAL", 1e9)  # no timed look: only the seal
+    with Ledger.open(tmp_path / "log") as a, Ledger.open(tmp_path / "log") as reader, \
+            Ledger.open(tmp_path / "log") as writer:
+        a.append([Event("cache.put", "a" * 64, {"bytes": 1, "packet": {"target": "t"}})])
+        a.append([Event("task.note", "t", {"i": 1})])
+        writer.append([Event("task.note", "t", {"i": 2})])
+        assert reader.head == writer.head == 3
+        compact(a)
+        a.append([Event("task.note", "t", {"i": 3})])
+        assert reader.head == a.head and reader.base == a.base  # the seal told it
+        # a compaction that died between its commit and its seal: writers still learn
+        # of it from the lock file, so nothing they append goes to the old generation
+        monkeypatch.setattr(ledger, "seal_segment", lambda fd, off, base: None)
+        a.append([Event("cache.evicted", "a" * 64, {"reason": "manual_prune"})])
+        writer.append([Event("task.note", "t", {"i": 4})])
+        compact(a)
+        r = writer.append([Event("task.note", "t", {"i": 5})])
+        assert r.first_seq == a.head and writer.base == a.base
+        assert [e.data.get("i") for e in a.read()][-1] == 5 and a.verify().ok
