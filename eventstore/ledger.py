@@ -484,7 +484,7 @@ class Ledger:
                         os.close(seal_fd)
                 removed = remove_older(self.log_dir, written.base)
                 self._tip.fault = None
-                self._tip._reload()
+                self._tip.reload()
                 return SalvageReport(found, True, attrs.evolve(written, removed=tuple(removed)),
                                      tuple(quarantined))
             finally:

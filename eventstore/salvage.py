@@ -31,7 +31,7 @@ from .frame import (
     decode_segment_header,
     read_frame_header,
 )
-from .generation import SALVAGED as SALVAGED  # noqa: E402
+from .generation import SALVAGED as SALVAGED
 from .generation import Written
 from .reader import raw_batch
 from .records import RawBatch

@@ -208,7 +208,7 @@ class Tip:
             fd = self.active_fd()
         except LedgerIOError as e:
             if isinstance(e.__cause__, FileNotFoundError):  # removed by a new generation
-                self._reload()
+                self.reload()
                 return
             raise
         try:
@@ -276,7 +276,7 @@ class Tip:
         if self._next_segment_exists():
             self._move_on()
         elif not os.path.exists(self.path):
-            self._reload()
+            self.reload()
 
     def _move_on(self) -> None:
         """A segment starts at ``head + 1``: a roll, or a new generation at our head."""
@@ -284,7 +284,7 @@ class Tip:
         if gen and segs[0][0] > self.gen_base:
             base, path = segs[0]
             if base != self.head + 1 or read_header(path).prev_digest != self.digest:
-                self._reload()  # behind the cut, or a salvage: start over in the new one
+                self.reload()  # behind the cut, or a salvage: start over in the new one
                 return
             # a generation that starts at our head and chains to our digest (a
             # compaction's): follow it like a roll
@@ -305,7 +305,7 @@ class Tip:
             if not self._switch_to((base, path), self.digest, base, last):
                 break
 
-    def _reload(self) -> None:
+    def reload(self) -> None:
         """Forget everything about the old generation and open the current one afresh."""
         self.close_fd()
         self.path, self.base, self.head, self.digest = None, 0, 0, GENESIS_DIGEST
