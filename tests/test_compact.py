@@ -647,3 +647,38 @@ def test_followers_notice_a_cut_by_its_seal_and_writers_by_the_lock_file(
         r = writer.append([Event("task.note", "t", {"i": 5})])
         assert r.first_seq == a.head and writer.base == a.base
         assert [e.data.get("i") for e in a.read()][-1] == 5 and a.verify().ok
+
+
+APPENDER = """
+import sys
+from eventstore import Event, Ledger
+led = Ledger.open(sys.argv[1], lock_timeout=60, segment_bytes=4096)
+for i in range(int(sys.argv[2])):
+    led.append([Event("task.note", "t", {"i": i}),
+                Event("cache.put", f"{i % 5:064x}", {"bytes": 1, "packet": {"target": "t"}})])
+    print(i, flush=True)
+"""
+
+
+def test_appends_from_another_process_survive_concurrent_compactions(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([Event("task.note", "t", {"i": -1})])
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.Popen([sys.executable, "-c", APPENDER, str(log), "150"],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout is not None
+    acked = []
+    with Ledger.open(log) as led:
+        for line in p.stdout:
+            acked.append(int(line))
+            if len(acked) % 25 == 0:
+                compact(led)  # while the child keeps appending
+        p.wait(60)
+        compact(led)
+        notes = [e.data["i"] for e in led.read() if e.kind == "task.note"]
+        assert notes == [-1, *acked] and acked == list(range(150))
+        live = [e.key for e in led.read() if e.kind == "cache.put"]
+        assert sorted(live) == sorted({f"{i % 5:064x}" for i in range(150)})
+        assert led.verify().ok
+    assert p.returncode == 0
