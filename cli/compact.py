@@ -24,12 +24,18 @@ def compact(ctx: Ctx, dry_run: bool) -> None:
     generation is removed only once the new one is durable. Writers wait on
     the writer lock meanwhile (bounded by their lock timeout). Seqs of kept
     events change; anchors taken before still verify (docs/operations.md).
+    The views' checkpoints are then written afresh from the new generation.
     """
     from projections.compaction import compact as compact_log
 
     led = ctx.ledger(write=not dry_run)
     with progress_bar(ctx, led.head - led.base + 1, "compacting") as bar:
         report = compact_log(led, dry_run=dry_run, progress=bar)
+    if report.compacted:  # the checkpoints predate the cut: write this store's afresh now
+        from .views import open_store
+
+        with progress_bar(ctx, report.new_head or 0, "checkpointing") as bar:
+            open_store(ctx, write=True, progress=bar).checkpoint()
     ctx.emit(report.to_json(), human=_human)
 
 

@@ -543,6 +543,8 @@ def test_compact_command_and_storage_live_fraction(tmp_path: Path) -> None:
     stor = json.loads(run(ctxledger, ["storage", "--root", str(tmp_path), "--json"]).stdout)
     assert stor["logs"]["project"]["live_fraction"] == 1.0
     assert stor["logs"]["project"]["base_seq"] == doc["head_seq"] + 1
+    # the checkpoints were written afresh: a reader loads them, it does not refold
+    assert {v["loaded_from"] for v in stor["views"].values()} == {"primary"}
 
 
 def test_compact_in_a_real_process(tmp_path: Path) -> None:
