@@ -17,14 +17,15 @@ from .progress import progress_bar
 def compact(ctx: Ctx, dry_run: bool) -> None:
     """Rewrite the log as a new generation holding only what the views need.
 
-    Drops superseded and evicted cache entries (and their evictions); keeps
-    every live entry, task, handoff and calibration event in order with its
-    time. The new generation starts past the old head, its first event
-    (ledger.compacted) records the old head and chain digest, and the old
-    generation is removed only once the new one is durable. Writers wait on
-    the writer lock meanwhile (bounded by their lock timeout). Seqs of kept
-    events change; anchors taken before still verify (docs/operations.md).
-    The views' checkpoints are then written afresh from the new generation.
+    Drops superseded and evicted cache entries (and their evictions) and
+    calibration samples past a profile's newest 200; keeps every live entry,
+    task and handoff event and recent sample in order with its time. The new
+    generation starts past the old head; its first event (ledger.compacted)
+    records the old head and chain digest, and the old generation is removed
+    only once the new one is durable. Writers wait on the writer lock
+    meanwhile (bounded by their lock timeout). Seqs of kept events change;
+    anchors taken before still verify (docs/operations.md). The views'
+    checkpoints are then written afresh from the new generation.
     """
     from projections.compaction import compact as compact_log
 

@@ -8,11 +8,13 @@ generation. What is dropped (docs/operations.md, "Compaction"):
   key superseded it, an eviction removed it, or the cache refused it as
   malformed), and the ``cache.files`` of such puts;
 - every ``cache.evicted`` (what it removed is dropped with it);
+- ``calibration.sample`` events older than a profile's newest ``MAX_SAMPLES``
+  (200): the calibration view keeps no more (the retention);
 - the ``ledger.compacted`` marker of the previous generation (the new one
   records the whole chain through its anchors file).
 
 Everything else is kept in its original order, batch by batch, with each
-batch's ``at`` and ``batch_id``: task, handoff and calibration events, unknown
+batch's ``at`` and ``batch_id``: task and handoff events, recent samples, unknown
 kinds, and the live entries with their fingerprints. Each view folds the kept
 events to the same answers: the cache, recall, memory and fingerprints views
 follow ``cache.put``/``cache.evicted`` by the cache's own rules
@@ -35,6 +37,7 @@ from eventstore.generation import MARKERS, RawRows
 from eventstore.records import RawBatch
 
 from .cache import EVICTED, FILES, PUT, CacheState
+from .calibration import MAX_SAMPLES, SAMPLE, data_error
 
 Progress = Callable[[int], None]
 
@@ -93,6 +96,7 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
     files: list[tuple[int, int, Any, str | None]] = []  # (seq, batch, project, key) of cache.files
     put_batch: dict[int, int] = {}  # seq of a cache.put -> first seq of its batch
     sizes: dict[int, int] = {}
+    samples: dict[tuple[Any, Any, Any], list[tuple[int, int]]] = {}  # profile -> (seq, size)
     plan = Plan(base=0, head=0, keep=set())
     for b in batches:
         if not plan.base:
@@ -126,6 +130,9 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
                 files.append((seq, b.first_seq, data.get("project"), ev.key))
                 sizes[seq] = len(row)
                 continue
+            if ev is not None and kind == SAMPLE and data_error(data) is None:
+                profile = (data["provider"], data["model"], data["estimator"])
+                samples.setdefault(profile, []).append((seq, len(row)))
             plan.keep.add(seq)
             plan.bytes_kept += len(row)
         if progress is not None:
@@ -147,6 +154,12 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
             plan.bytes_kept += sizes[seq]
             kinds[FILES] -= 1
     kinds[PUT] -= len(live)
+    kinds[SAMPLE] = 0
+    for rows in samples.values():  # the calibration view keeps a profile's newest only
+        for seq, size in rows[:-MAX_SAMPLES]:
+            plan.keep.discard(seq)
+            plan.bytes_kept -= size
+            kinds[SAMPLE] += 1
     plan.dropped = {k: n for k, n in kinds.items() if n}
     return plan
 

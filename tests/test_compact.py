@@ -684,3 +684,23 @@ def test_appends_from_another_process_survive_concurrent_compactions(tmp_path: P
         assert sorted(live) == sorted({f"{i % 5:064x}" for i in range(150)})
         assert led.verify().ok
     assert p.returncode == 0
+
+
+def test_calibration_samples_beyond_the_views_retention_are_dropped(tmp_path: Path) -> None:
+    from projections.calibration import MAX_SAMPLES, Calibration
+
+    home = tmp_path / "home"
+    cal = Calibration(home)
+    for i in range(MAX_SAMPLES + 7):
+        cal.record("p", "m", 100, 100 + i % 13)
+    cal.record("q", "m", 100, 150)
+    before = (cal.profile("p", "m"), cal.profile("q", "m"))
+    log = cal.log_dir
+    cal.close()
+    with Ledger.open(log) as led:
+        rep = compact(led)
+        assert rep.plan.dropped == {"calibration.sample": 7}
+    cal = Calibration(home, readonly=True)
+    after = (cal.profile("p", "m"), cal.profile("q", "m"))
+    cal.close()
+    assert plain(after) == plain(before)
