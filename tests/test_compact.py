@@ -32,6 +32,7 @@ from cli.main import ctxledger
 from eventstore import (
     Anchor,
     Event,
+    HeadMismatchError,
     Ledger,
     LedgerIOError,
     LockTimeout,
@@ -675,7 +676,10 @@ def test_appends_from_another_process_survive_concurrent_compactions(tmp_path: P
         for line in p.stdout:
             acked.append(int(line))
             if len(acked) % 25 == 0:
-                compact(led)  # while the child keeps appending
+                try:
+                    compact(led)  # while the child keeps appending
+                except HeadMismatchError:
+                    pass  # it appended through every attempt: refused, nothing written
         p.wait(60)
         compact(led)
         notes = [e.data["i"] for e in led.read() if e.kind == "task.note"]
