@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from eventstore import Anchor, LedgerError, LogBackend, VerifyReport, check_anchor, private
+from eventstore import (
+    Anchor,
+    Ledger,
+    LedgerError,
+    LogBackend,
+    VerifyReport,
+    check_anchor,
+    private,
+)
 
 from .options import Ctx, examples, store_options
 from .output import safe
@@ -74,7 +83,13 @@ def verify(ctx: Ctx, anchor: Anchor | None) -> None:
     the log up to SEQ is the one whose head was recorded. Store files that
     group or others can use are warned about (exit code unchanged).
     """
-    report, doc, why = verify_document(ctx.ledger(), ctx.store_dir, anchor)
+    from eventstore.segments import list_segments
+
+    from .progress import progress_bar
+
+    led = ctx.ledger()
+    with progress_bar(ctx, len(list_segments(ctx.log_dir)), "verifying") as bar:
+        report, doc, why = verify_document(led, ctx.store_dir, anchor, bar)
     ctx.emit(doc, human=lambda _: _report_text(report, ctx, anchor, why))
     ctx.warn(doc["warnings"])
     if not report.ok:
@@ -87,7 +102,8 @@ def verify(ctx: Ctx, anchor: Anchor | None) -> None:
 
 
 def verify_document(
-    led: LogBackend, store_dir: Path, anchor: Anchor | None
+    led: LogBackend, store_dir: Path, anchor: Anchor | None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[VerifyReport, dict[str, Any], str | None]:
     """Verify ``led`` (and ``anchor``): the report, its JSON document, why the anchor failed.
 
@@ -95,7 +111,8 @@ def verify_document(
     returns: the report, ``warnings`` (store paths others can use) and, with an
     anchor, ``anchor`` -- ``ok`` is then true only when both hold.
     """
-    report = led.verify()
+    report = led.verify(progress) if progress is not None and isinstance(led, Ledger) \
+        else led.verify()
     doc: dict[str, Any] = report.to_json()
     why = None
     if anchor is not None:
@@ -113,6 +130,8 @@ def _report_text(r: VerifyReport, ctx: Ctx, anchor: Anchor | None, why: str | No
     counts: dict[str, Any] = {"event": r.events, "frame": r.frames, "segment": r.segments}
     summary = ", ".join(f"{v} {k}{'' if v == 1 else 's'}" for k, v in counts.items())
     summary += f", head seq {r.head_seq}"
+    if r.base_seq > 1:
+        summary += f" (generation from seq {r.base_seq})"
     where = safe(str(ctx.log_dir))
     if r.ok:
         lines = [f"ok: {where}: {summary}"]

@@ -237,11 +237,25 @@ def log_tail(ctx: Ctx, count: int, follow: bool, interval: float) -> None:
 def follow_log(led: LogBackend, after: int, interval: float) -> Iterator[Event]:
     """Events committed after seq ``after``, forever; polls the (readonly) head.
 
+    A new generation (``ledger.compacted``, ``ledger.salvaged``) is printed as its
+    marker event alone: the events after it copy ones committed before.
+
     Stops (BrokenPipeError) when stdout is a pipe whose reader has gone."""
+    from eventstore.generation import MARKERS
+
+    skip = 0  # copies a new generation made of events already committed (not new ones)
     while True:
         head = led.head
         if head > after:
-            yield from led.read(after + 1, head)
+            for e in led.read(after + 1, head):
+                if skip:
+                    skip -= 1
+                elif e.kind in MARKERS:  # compact/salvage: print the marker, not the copies
+                    kept = e.data.get("kept_events")
+                    skip = kept if type(kept) is int and kept > 0 else 0
+                    yield e
+                else:
+                    yield e
             after = head
         elif _reader_gone():  # `tail -f | head -1`: stop now, not at the next event
             raise BrokenPipeError(errno.EPIPE, "stdout was closed")
@@ -260,3 +274,66 @@ def _reader_gone() -> bool:
     poller = select.poll()
     poller.register(fd, 0)  # no events asked for: only errors and hang-ups are reported
     return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0))
+
+
+@examples(
+    "ctxledger log export > backup.jsonl",
+    "ctxledger log export --from 100 --to 200 --kind task.note",
+)
+@log.command("export")
+@store_options
+@click.option("--from", "from_seq", type=SEQ, default=1, show_default=True, help="First seq.")
+@click.option("--to", "to_seq", type=SEQ, default=None, help="Last seq (default: the head).")
+@click.option("--kind", default=None, help="Only events of exactly this kind.")
+def log_export(ctx: Ctx, from_seq: int, to_seq: int | None, kind: str | None) -> None:
+    """Print the log as JSON Lines, one event a line, exactly enough to rebuild it.
+
+    Each line has seq, kind, key, at, data (as --json shows it), cbor (the
+    event's stored bytes), batch, digest (its frame's chain digest) and, on a
+    frame's first event, prev_digest. The whole log (no filter) is what `log
+    import` takes. In agent scope this is the whole shared log. The output is
+    JSON Lines with or without --json.
+    """
+    if to_seq is not None and to_seq < from_seq:
+        raise click.BadParameter(f"{to_seq} is before --from {from_seq}", param_hint="'--to'")
+    from .progress import progress_bar, show_progress
+
+    led = ctx.ledger()
+    total = led.head - max(from_seq, led.base) + 1 if show_progress(ctx) else 0
+    out = sys.stdout
+    with progress_bar(ctx, total, "exporting") as bar:
+        for line in led.export_lines(from_seq, to_seq, kind):
+            out.write(line + "\n")
+            if bar is not None:
+                bar(1)
+    out.flush()
+
+
+@examples("ctxledger log import backup.jsonl", "ctxledger log import backup.jsonl --json")
+@log.command("import")
+@store_options
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=False))
+def log_import(ctx: Ctx, file: str) -> None:
+    """Load a `log export` file into this store's empty log, seqs and digests kept.
+
+    The whole file is read and checked first (JSON, line size, that each
+    line's data is what its cbor holds, gapless seqs, every frame's chain
+    digest); a file that does not chain is refused and nothing is written.
+    Then it is written as one segment that appears by one rename. The log
+    must hold no event (run `ctxledger init` first).
+    """
+    from eventstore.export import check_import
+
+    from .progress import progress_bar
+
+    led = ctx.ledger(write=True)
+    with open(file, "rb") as f:
+        imported = check_import(f)
+    n = sum(len(b.rows) for b in imported.batches)
+    with progress_bar(ctx, n, "importing") as bar:
+        written = led.import_log(imported, progress=bar)
+    doc = {"imported_events": written.events, "frames": written.frames,
+           "first_seq": written.base, "head_seq": written.head,
+           "head_digest": written.digest.hex()}
+    ctx.emit(doc, human=f"imported {written.events} events (seqs {written.base}.."
+             f"{written.head}) into {safe(str(ctx.log_dir))}")

@@ -52,6 +52,8 @@ COMMANDS: dict[str, str] = {
     "calibration": "cli.calibration:calibration",
     "mcp": "cli.mcp:mcp",
     "storage": "cli.storage:storage",
+    "compact": "cli.compact:compact",
+    "salvage": "cli.compact:salvage",
 }
 """Every top-level command: name -> ``"module:attribute"`` of a click command or group."""
 

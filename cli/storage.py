@@ -43,6 +43,12 @@ def _human(doc: dict[str, Any]) -> str:
             f"{name} log: {safe(log['path'])}: {log['segments']} segment(s), {log['bytes']} "
             f"bytes, {log['events']} events, head seq {log['head_seq']}"
             + (f" digest {log['head_digest']}" if log["head_digest"] else "")
+            + (f" (generation from seq {log['base_seq']})" if log["base_seq"] > 1 else "")
+        )
+        lines.append(
+            f"{name} log live: {log['live_events']} events, {log['live_bytes']} of "
+            f"{log['event_bytes']} event bytes ({log['live_fraction']:.1%}; "
+            "`ctxledger compact` keeps these)"
         )
     for name, v in doc["views"].items():
         size = v["checkpoint_bytes"]

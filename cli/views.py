@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -14,6 +13,8 @@ from projections import AsOfError, ContextStore
 from .inputs import SEQ_OR_TIME as SEQ_OR_TIME  # (re-exported: commands written before cli.inputs)
 from .inputs import TIME as TIME
 from .options import Ctx
+from .progress import progress_bar as progress_bar  # (re-exported: view commands use it here)
+from .progress import show_progress as show_progress
 
 
 def open_store(
@@ -33,20 +34,6 @@ def open_store(
             storage_scope=ctx.storage_scope,
         )
     )
-
-
-def show_progress(ctx: Ctx) -> bool:
-    """Progress bars go to stderr, only for a person at a terminal, never with --json."""
-    return not ctx.json and sys.stderr.isatty()
-
-
-@contextmanager
-def progress_bar(ctx: Ctx, total: int, label: str) -> Iterator[Callable[[int], None] | None]:
-    if not show_progress(ctx) or total <= 0:
-        yield None
-        return
-    with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
-        yield bar.update
 
 
 @contextmanager

@@ -3,8 +3,11 @@
 from .anchor import Anchor, check_anchor, head_anchor
 from .backend import LogBackend
 from .errors import (
+    CompactionRefusedError,
     CorruptLogError,
+    GenerationChangedError,
     HeadMismatchError,
+    ImportRefusedError,
     InvalidEventError,
     LedgerClosedError,
     LedgerError,
@@ -25,9 +28,12 @@ __all__ = [
     "SYNC_MODES",
     "Anchor",
     "Batch",
+    "CompactionRefusedError",
     "CorruptLogError",
     "Event",
+    "GenerationChangedError",
     "HeadMismatchError",
+    "ImportRefusedError",
     "InvalidEventError",
     "Ledger",
     "LedgerClosedError",

@@ -59,6 +59,17 @@ def check_anchor(log: LogBackend, anchor: Anchor) -> str | None:
     the one digest; that the chain up to it is sound is ``verify``'s part.
     """
     head = log.head
+    base: int = getattr(log, "base", 1)
+    if 1 < base and anchor.seq < base:  # taken before a compaction: its anchors file decides
+        lookup = getattr(log, "anchor_digest", None)
+        got = lookup(anchor.seq) if lookup is not None else None
+        if got is None:
+            return (f"seq {anchor.seq} lies before this log's generation start {base} and "
+                    "no batch of the compacted generations ended there")
+        if got != anchor.digest:
+            return (f"the chain digest at seq {anchor.seq} was {got.hex()} when the log was "
+                    f"compacted, not the anchor's {anchor.digest.hex()}")
+        return None
     if anchor.seq > head:
         return (f"seq {anchor.seq} is past the log's head {head}: this log is shorter than "
                 "the one anchored (cut back, or another log)")

@@ -22,7 +22,8 @@ from .verify import VerifyReport
 class LogBackend(Protocol):
     """An append-only, hash-chained log of events in atomic batches.
 
-    Seqs are gapless from 1; each batch has one ``at`` (unix seconds, never
+    Seqs are gapless from 1 (the file ledger, after a compaction: from its
+    ``base``, format.md §12); each batch has one ``at`` (unix seconds, never
     decreasing); the chain digest after a batch is the one ``frame.py``
     defines, so every backend holding the same batches agrees on it. Every
     method raises :class:`~.errors.LedgerClosedError` once the log is closed.

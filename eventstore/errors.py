@@ -68,6 +68,30 @@ class LedgerIOError(LedgerError):
     """An operating-system error at the storage boundary (disk full, EIO, ...)."""
 
 
+class GenerationChangedError(LedgerError):
+    """A read met a segment that a compaction or salvage removed meanwhile: read again."""
+
+    def __init__(self, segment: Path | str) -> None:
+        self.segment = Path(segment)
+        super().__init__(
+            f"{self.segment.name} was removed while it was read: the log moved to a new "
+            "generation (ctxledger compact or salvage); run the command again"
+        )
+
+
+class CompactionRefusedError(LedgerError):
+    """Compaction or salvage cannot proceed; the log is left as it was."""
+
+
+class ImportRefusedError(LedgerError):
+    """A file ``log import`` refuses (it does not parse or does not chain); nothing
+    was written."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}; nothing was imported")
+        self.line, self.reason = line, reason
+
+
 class WriterPoisonedError(LedgerIOError):
     """A sync failed earlier; this handle refuses appends until the log is reopened."""
 

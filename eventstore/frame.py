@@ -7,8 +7,9 @@ specifies the same layout byte by byte.
 Segment header (64 bytes)::
 
     0  8  magic  b"CTXLSEG\\0"
-    8  2  format version (u16 LE): 1 or 2 (2: zeros may follow the last frame)
-   10  2  flags (0)
+    8  2  format version (u16 LE): 1, 2 (zeros may follow the last frame) or 3
+          (a generation start: flags bit 0 set, the log begins at this segment)
+   10  2  flags: 0, or GENERATION_START in a version 3 header
    12  4  roll_kib: writers seal this segment once it holds this many KiB
    16  8  base_seq: seq of the first event in this segment
    24 32  prev_digest: chain digest of the frame before this segment
@@ -46,6 +47,15 @@ import blake3
 import cbor2
 
 FORMAT_VERSION = 2
+#: The version of a generation's first segment (format.md §6, §12): version 2 plus the
+#: flag below. Older code refuses it ("newer format") instead of reading a log whose
+#: first segment does not start at seq 1 as damaged, or a cut as a gap.
+GENERATION_VERSION = 3
+#: The newest format version this code reads.
+MAX_READ_VERSION = 3
+#: ``flags`` bit 0 (version 3 only): this segment starts a generation. The log is the
+#: newest generation start and the segments after it; older segments are left-overs.
+GENERATION_START = 1
 #: From this version on, zeros past a segment's last frame are free space (format.md §7):
 #: writers preallocate them, and only segments of this version or newer get them.
 PREALLOC_VERSION = 2
@@ -120,6 +130,11 @@ class SegmentHeader:
     base_seq: int
     prev_digest: bytes
     roll_bytes: int
+    flags: int = 0
+
+    @property
+    def generation_start(self) -> bool:
+        return bool(self.flags & GENERATION_START)
 
 
 @attrs.frozen
@@ -150,10 +165,18 @@ def header_roll_bytes(roll_bytes: int) -> int:
     return header_roll_kib(roll_bytes) * 1024
 
 
-def encode_segment_header(base_seq: int, prev_digest: bytes, roll_bytes: int) -> bytes:
-    """The roll size lives in the header so every writer seals at the same point."""
+def encode_segment_header(
+    base_seq: int, prev_digest: bytes, roll_bytes: int, generation_start: bool = False
+) -> bytes:
+    """The roll size lives in the header so every writer seals at the same point.
+
+    ``generation_start``: the first segment of a new generation (compaction,
+    salvage): version 3 with :data:`GENERATION_START` set.
+    """
     roll_kib = header_roll_kib(roll_bytes)
-    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, roll_kib, base_seq, prev_digest)
+    version, flags = (GENERATION_VERSION, GENERATION_START) if generation_start else (
+        FORMAT_VERSION, 0)
+    head = SEGMENT_HEADER.pack(SEGMENT_MAGIC, version, flags, roll_kib, base_seq, prev_digest)
     return head + blake3.blake3(head).digest()[:8]
 
 
@@ -161,12 +184,12 @@ def decode_segment_header(buf: bytes | memoryview) -> SegmentHeader:
     if len(buf) < SEGMENT_HEADER_SIZE:
         raise SegmentHeaderError(f"segment header is {len(buf)} bytes, expected 64")
     head = bytes(buf[:56])
-    magic, version, _flags, roll_kib, base_seq, prev = SEGMENT_HEADER.unpack(head)
+    magic, version, flags, roll_kib, base_seq, prev = SEGMENT_HEADER.unpack(head)
     if magic != SEGMENT_MAGIC:
         raise SegmentHeaderError("not a ctxledger segment (bad magic)")
     if blake3.blake3(head).digest()[:8] != bytes(buf[56:64]):
         raise SegmentHeaderError("segment header checksum mismatch")
-    if version > FORMAT_VERSION:
+    if version > MAX_READ_VERSION:
         raise SegmentHeaderError(f"format version {version}", version=version)
     if version < 1:
         raise SegmentHeaderError(f"format version {version} does not exist (versions start at 1)")
@@ -174,7 +197,11 @@ def decode_segment_header(buf: bytes | memoryview) -> SegmentHeader:
         raise SegmentHeaderError("segment base_seq is 0")
     if roll_kib < 1:
         raise SegmentHeaderError("segment roll size is 0")
-    return SegmentHeader(version, base_seq, prev, roll_kib * 1024)
+    if version < GENERATION_VERSION:
+        flags = 0  # not checked before version 3 (format.md §6)
+    elif flags != GENERATION_START:
+        raise SegmentHeaderError(f"version 3 segment with flags {flags:#x}")
+    return SegmentHeader(version, base_seq, prev, roll_kib * 1024, flags)
 
 
 # --- payload ------------------------------------------------------------------------
@@ -202,6 +229,21 @@ def encode_rows(rows: list[list[Any]]) -> bytes:
     if sys.byteorder != "little":
         offs.byteswap()
     return cbor2.dumps(offs.tobytes()) + _array_head(len(enc)) + b"".join(enc)
+
+
+def encode_raw_rows(rows: list[bytes]) -> bytes:
+    """:func:`encode_rows` of events already encoded (each ``[kind, key, data]`` CBOR,
+    copied verbatim: compaction moves stored events to a new generation unchanged)."""
+    offs = array("I", [0]) * len(rows)
+    pos = 0
+    for i, e in enumerate(rows):
+        offs[i] = pos
+        pos += len(e)
+    if pos > MAX_PAYLOAD:
+        raise ValueError(f"batch of {pos} bytes exceeds the {MAX_PAYLOAD}-byte frame limit")
+    if sys.byteorder != "little":
+        offs.byteswap()
+    return cbor2.dumps(offs.tobytes()) + _array_head(len(rows)) + b"".join(rows)
 
 
 def _encode_other(encoder: Any, value: Any) -> None:

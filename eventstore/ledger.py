@@ -9,6 +9,7 @@ retries) and :class:`~eventstore.reader.Reader` (reads and frame indexes).
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -16,11 +17,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import attrs
+import blake3
 import cbor2
 
-from . import private
+from . import _osio, private
 from .errors import (
+    CompactionRefusedError,
     CorruptLogError,
+    GenerationChangedError,
     HeadMismatchError,
     LedgerClosedError,
     LedgerError,
@@ -29,11 +34,36 @@ from .errors import (
     WriterPoisonedError,
 )
 from .event import Event, Receipt, encode_batch
+from .export import Imported, export_lines
 from .frame import GENESIS_DIGEST
+from .generation import (
+    ANCHOR_ENTRY,
+    RawRows,
+    Written,
+    anchor_digest,
+    anchors_name,
+    build_anchors,
+    chain,
+    marker_row,
+    open_for_seal,
+    read_anchors,
+    remove_older,
+    seal_segment,
+    write_generation,
+)
 from .lock import WriterLock
 from .point import PointReader
-from .reader import BATCHES, DIGESTS, EVENTS, Reader
-from .records import Batch, StoredEvent
+from .reader import BATCHES, DIGESTS, EVENTS, RAW, Reader
+from .records import Batch, RawBatch, StoredEvent
+from .salvage import SALVAGED, SalvageReport
+from .salvage import scan as salvage_scan
+from .segments import (
+    list_all_segments,
+    list_generation,
+    quarantine_bytes,
+    read_header,
+    segment_content,
+)
 from .tip import Tip
 from .verify import VerifyReport, verify_log
 from .window import BatchWindow
@@ -91,6 +121,8 @@ class Ledger:
             clock=lambda: self.clock(),  # read per append: a test may move it
             forget_segment=self._reader.drop_index,
         )
+        self._tip.on_new_generation = self._forget_generation
+        self._lock_gen: int | None = None  # the lock file's generation field last seen
 
     # --- opening ------------------------------------------------------------------
 
@@ -153,6 +185,20 @@ class Ledger:
             return self._tip.head
 
     @property
+    def base(self) -> int:
+        """The first seq of the log's current generation: 1, or past a compaction's cut
+        (format.md §12). Reads start here; seqs below it are gone."""
+        with self._mutex:
+            self._check_open()
+            self._tip.refresh()
+            return self._tip.gen_base
+
+    def _forget_generation(self) -> None:
+        """The tip moved to a newer generation: caches keyed by segment are stale."""
+        self._reader.clear()
+        self._points.reset()
+
+    @property
     def head_digest(self) -> bytes:
         """The chain digest at :attr:`head` (32 zero bytes when empty)."""
         with self._mutex:
@@ -208,6 +254,11 @@ class Ledger:
     ) -> Receipt:
         tip = self._tip
         tip.refresh()
+        lock = self._lock
+        if lock is not None and lock.generation != self._lock_gen and tip.path is not None:
+            tip.check_generation()  # a compaction or salvage ran since we last looked
+        if lock is not None:
+            self._lock_gen = lock.generation
         tip.check_active()
         tip.end_stable = True  # under the lock nobody can cut what we see now
         if batch_id is not None:
@@ -220,6 +271,252 @@ class Ledger:
         self._window.note_frame(receipt.first_seq, receipt.last_seq, receipt.at, batch_id)
         return receipt
 
+    # --- generations ----------------------------------------------------------------
+
+    def start_generation(
+        self,
+        expected_head: int,
+        info: dict[str, Any],
+        batches: Iterable[RawRows],
+        *,
+        at: float,
+        progress: Callable[[int], None] | None = None,
+    ) -> Written:
+        """Replace the log by a new generation holding ``batches`` (format.md §12).
+
+        Under the writer lock (other writers wait, bounded by their own
+        ``lock_timeout``): if the head is still ``expected_head`` (else
+        :class:`HeadMismatchError`, nothing written), write the anchors file
+        and the new generation's segment: ``ledger.compacted`` (``info`` plus the
+        old base, head and digest and the anchors file's blake3), stamped
+        ``at``, then ``batches`` in order; sync it; commit it by rename; then
+        remove the older generation. ``batches`` is consumed under the lock.
+        """
+        with self._mutex:
+            self._check_writable()
+            lock = self._writer_lock()
+            lock.acquire()
+            try:
+                tip = self._tip
+                tip.refresh()
+                tip.check_active()
+                if expected_head != tip.head:
+                    raise HeadMismatchError(expected_head, tip.head)
+                if tip.head == 0:
+                    raise CompactionRefusedError("the log is empty: there is nothing to compact")
+                old_base, old_head, old_digest = tip.gen_base, tip.head, tip.digest
+                # opened before anything moves: after the commit its name may be reused
+                seal_fd, seal_at = open_for_seal(tip.path), tip.end
+                try:
+                    self._clear_next_name()
+                    older = read_anchors(self.log_dir, old_base) if old_base > 1 else b""
+                    anchors = build_anchors(older, self.read_digests(old_base, old_head))
+                    data = {
+                        **info,
+                        "old_base": old_base,
+                        "old_head": old_head,
+                        "old_digest": old_digest.hex(),
+                        "anchors_blake3": blake3.blake3(anchors).hexdigest(),
+                        "anchors_frames": len(anchors) // ANCHOR_ENTRY.size,
+                    }
+                    first = (at, None, [marker_row(data)])
+                    self._announce_generation(lock, old_head + 1)
+                    written = write_generation(
+                        self.log_dir, old_head + 1, old_digest, self.segment_bytes,
+                        chain([first], batches), anchors, progress,
+                    )
+                    seal_segment(seal_fd, seal_at, written.base)
+                finally:
+                    if seal_fd >= 0:
+                        os.close(seal_fd)
+                tip.refresh()
+                tip.check_generation()  # follows the new generation (at our head + 1)
+                removed = remove_older(self.log_dir, written.base)
+                return attrs.evolve(written, removed=tuple(removed))
+            finally:
+                lock.release()
+
+    def _announce_generation(self, lock: WriterLock, base: int) -> None:
+        """Tell every writer, through the lock file, that a generation is being written
+        (before its commit: a writer that reads it checks where the log is)."""
+        try:
+            lock.set_generation(base)
+        except OSError as e:
+            raise LedgerIOError(f"cannot write {lock.path}: {e.strerror or e}") from e
+        self._lock_gen = base
+
+    def _clear_next_name(self) -> None:
+        """Under the lock, before a generation is written at ``head + 1``: a segment that
+        holds no frame may have that name (a roll whose first frame failed, or a crash
+        right after the roll). A torn one goes to quarantine/ as a writer would move it;
+        one with a whole header and no frame holds nothing and is removed."""
+        tip = self._tip
+        if tip.torn_seg is not None:
+            self._writer.set_aside_torn_segment()
+        if tip.path is not None and tip.base == tip.head + 1:
+            path = tip.path
+            try:
+                os.unlink(path)
+                _osio.fsync_dir(self.log_dir)
+            except OSError as e:
+                raise LedgerIOError(f"cannot remove the empty segment {path.name}: "
+                                    f"{e.strerror or e}") from e
+
+    def import_log(
+        self, imported: Imported, progress: Callable[[int], None] | None = None
+    ) -> Written:
+        """Write a checked export (:func:`export.check_import`) into this log, which must
+        be empty (no segment at all): one segment, committed by one rename, seqs and
+        digests as in the file. Under the writer lock."""
+        with self._mutex:
+            self._check_writable()
+            lock = self._writer_lock()
+            lock.acquire()
+            try:
+                self._tip.refresh()
+                if self._tip.head or list_all_segments(self.log_dir):
+                    raise LedgerError(f"{self.log_dir} is not empty: log import only "
+                                      "writes into a store whose log has no event")
+                base = imported.batches[0].first_seq
+                written = write_generation(
+                    self.log_dir, base, imported.prev_digest, self.segment_bytes,
+                    ((b.at, b.batch_id, list(b.rows)) for b in imported.batches),
+                    imported.anchors, progress,
+                )
+                if written.digest != imported.head_digest:  # checked already: a bug if not
+                    raise LedgerError("imported log does not end at the file's digest")
+                self._tip.refresh()
+                return written
+            finally:
+                lock.release()
+
+    def export_lines(
+        self, from_seq: int = 1, to_seq: int | None = None, kind: str | None = None
+    ) -> Iterator[str]:
+        """The log (or the frames overlapping a seq range) as JSON Lines (``export.py``)."""
+        base = self.base
+        start = max(from_seq, base)
+        batches = self.read_raw_batches(start, to_seq)
+        first = next(batches, None)
+        if first is None:
+            return iter(())
+        if first.first_seq == base:
+            segs, gen = list_generation(self.log_dir)
+            prev = read_header(segs[0][1]).prev_digest if gen else GENESIS_DIGEST
+        else:
+            got = self.digest_at(first.first_seq - 1)
+            if got is None:
+                raise GenerationChangedError(self.log_dir)
+            prev = got
+        anchors = read_anchors(self.log_dir, base) if base > 1 and start == base else None
+        return export_lines(itertools.chain([first], batches), prev, from_seq=from_seq,
+                            to_seq=to_seq, kind=kind, anchors=anchors)
+
+    def salvage(
+        self, clock: Callable[[], float] = time.time,
+        progress: Callable[[int], None] | None = None,
+    ) -> SalvageReport:
+        """Repair mid-log corruption: keep every frame that checks out (salvage.py) in a
+        new generation starting past the highest seq seen, whose first event
+        ``ledger.salvaged`` lists the lost seq ranges; copy each damaged segment to
+        ``quarantine/`` first (never deleted before its copy is synced). A log with
+        nothing lost and nothing damaged is left as it is (``salvaged`` false).
+        ``progress`` hears of each segment read."""
+        with self._mutex:
+            if self._closed:
+                raise LedgerClosedError("ledger is closed")
+            if self.readonly:
+                raise LedgerError("ledger was opened read-only")
+            lock = self._writer_lock()
+            lock.acquire()
+            try:
+                segs, gen = list_generation(self.log_dir)
+                contents = []
+                for _b, p in segs:
+                    contents.append((p, segment_content(p)))
+                    if progress is not None:
+                        progress(1)
+                start_seq, start_digest = 1, GENESIS_DIGEST
+                if gen:
+                    hdr = read_header(segs[0][1], contents[0][1])
+                    start_seq, start_digest = hdr.base_seq, hdr.prev_digest
+                found = salvage_scan(contents, start_seq, start_digest)
+                if not found.lost and not found.damaged:
+                    return SalvageReport(found, False)
+                quarantined = []
+                for path, data in contents:
+                    if path.name in found.damaged:
+                        try:
+                            q = quarantine_bytes(self.log_dir, path.name, data, "damaged")
+                        except OSError as e:
+                            raise LedgerIOError(f"cannot copy {path.name} to quarantine/: "
+                                                f"{e.strerror or e}") from e
+                        quarantined.append(q.name)
+                old_base = segs[0][0] if gen else 1
+                older = read_anchors(self.log_dir, old_base) if gen else b""
+                anchors = older + b"".join(ANCHOR_ENTRY.pack(s, d) for s, d in found.frames)
+                # above every seq and every segment name the damaged log has, so names and
+                # seqs only grow (a last segment may hold no readable frame)
+                base = max(found.head, segs[-1][0] if segs else 0) + 1
+                marker = {
+                    "old_base": old_base, "old_head": base - 1,
+                    "old_digest": found.head_digest.hex(),
+                    "anchors_blake3": blake3.blake3(anchors).hexdigest(),
+                    "anchors_frames": len(anchors) // ANCHOR_ENTRY.size,
+                    "lost": found.lost, "lost_events": found.lost_events,
+                    "kept_events": sum(len(b.rows) for b in found.batches),
+                    "quarantined": quarantined, "salvaged_at": clock(),
+                }
+                at = found.batches[0].at if found.batches else clock()
+                first = (at, None, [cbor2.dumps([SALVAGED, None, marker])])
+                self._announce_generation(lock, base)
+                seal_fd = open_for_seal(contents[-1][0] if contents else None)
+                try:
+                    written = write_generation(
+                        self.log_dir, base, found.head_digest, self.segment_bytes,
+                        chain([first], ((b.at, b.batch_id, list(b.rows))
+                                        for b in found.batches)),
+                        anchors,
+                    )
+                    seal_segment(seal_fd, len(contents[-1][1]) if contents else 0, base)
+                finally:
+                    if seal_fd >= 0:
+                        os.close(seal_fd)
+                removed = remove_older(self.log_dir, written.base)
+                self._tip.fault = None
+                self._tip.reload()
+                return SalvageReport(found, True, attrs.evolve(written, removed=tuple(removed)),
+                                     tuple(quarantined))
+            finally:
+                lock.release()
+
+    def remove_leftovers(self) -> list[str]:
+        """Remove what an interrupted compaction left (older generations' segments and
+        anchors files, a generation never committed): under the writer lock."""
+        with self._mutex:
+            self._check_writable()
+            lock = self._writer_lock()
+            lock.acquire()
+            try:
+                self._tip.refresh()
+                return remove_older(self.log_dir, self._tip.gen_base)
+            finally:
+                lock.release()
+
+    def anchor_digest(self, seq: int) -> bytes | None:
+        """The digest the current generation's anchors file records at ``seq`` (a frame
+        end of an older generation; None otherwise). The file is checked against the
+        blake3 its ``ledger.compacted`` event records first."""
+        base = self.base
+        if base == 1 or seq >= base:
+            return None
+        anchors = read_anchors(self.log_dir, base)
+        for ev in self.read(base, base):
+            if ev.data.get("anchors_blake3") != blake3.blake3(anchors).hexdigest():
+                raise CorruptLogError(self.log_dir / anchors_name(base), 0,
+                                      "anchors file does not match ledger.compacted")
+        return anchor_digest(anchors, seq)
+
     # --- reading --------------------------------------------------------------------
     # Reads take no lock: they go to the Reader, which walks segments itself.
 
@@ -230,6 +527,18 @@ class Ledger:
     def read_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Batch]:
         """Whole batches overlapping the range, in order, checked against the chain."""
         return cast(Iterator[Batch], self._scan(max(1, from_seq), to_seq, BATCHES))
+
+    def read_raw_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[RawBatch]:
+        """Whole batches overlapping the range, each event as its stored bytes,
+        chain-checked as :meth:`read` is (what compaction and export copy)."""
+        return cast(Iterator[RawBatch], self._scan(max(1, from_seq), to_seq, RAW))
+
+    def read_digests(
+        self, from_seq: int = 1, to_seq: int | None = None
+    ) -> Iterator[tuple[int, int, bytes]]:
+        """``(first_seq, last_seq, chain digest)`` of every frame in the range."""
+        return cast(Iterator[tuple[int, int, bytes]],
+                    self._scan(max(1, from_seq), to_seq, DIGESTS))
 
     def read_raw(self, seq: int) -> StoredEvent | None:
         """Event ``seq`` alone, at about the cost of its own bytes (see ``point.py``).
@@ -243,7 +552,7 @@ class Ledger:
             self._check_open()
             if seq > self._tip.head:
                 self._tip.refresh()
-            if seq < 1 or seq > self._tip.head:
+            if seq < self._tip.gen_base or seq > self._tip.head:
                 return None
         try:
             return self._points.read(seq)
@@ -259,10 +568,10 @@ class Ledger:
             self._tip.refresh()
             if seq == self._tip.head:
                 return self._tip.digest
-            head = self._tip.head
-        if seq == 0:
+            head, base = self._tip.head, self._tip.gen_base
+        if seq == 0 and base == 1:
             return GENESIS_DIGEST
-        if seq < 0 or seq > head:
+        if seq < base or seq > head:  # below a generation's cut: see anchor.py
             return None
         for _first, last, digest in self._scan(seq, seq, DIGESTS):
             return cast(bytes, digest) if last == seq else None
@@ -282,12 +591,13 @@ class Ledger:
             if self._tip.fault is None:
                 self._tip.fault = e
 
-    def verify(self) -> VerifyReport:
-        """Check every byte of every segment; never modifies anything."""
+    def verify(self, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every byte of every segment; never modifies anything (``progress``
+        hears of each segment checked)."""
         with self._mutex:
             if self._closed:
                 raise LedgerClosedError("ledger is closed")
-        return verify_log(self.log_dir)
+        return verify_log(self.log_dir, progress)
 
     # --- lifecycle ------------------------------------------------------------------
 

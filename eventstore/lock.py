@@ -11,6 +11,9 @@ from . import private
 from .errors import LedgerIOError, LockTimeout
 
 PID_FIELD = 24
+#: Bytes 24..32 of the lock file: the base seq of the newest generation written (u64 LE,
+#: format.md §9, §12), so a writer learns of one from the read it does anyway.
+GEN_FIELD = 8
 
 
 class WriterLock:
@@ -32,13 +35,17 @@ class WriterLock:
         except OSError as e:
             raise LedgerIOError(f"cannot open lock file {path}: {e.strerror}") from e
         self._pid_bytes = str(os.getpid()).encode().ljust(PID_FIELD - 1) + b"\n"
+        #: The generation field as read at the last acquire (0: none written).
+        self.generation = 0
 
     def acquire(self) -> None:
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._wait()
-        if self._pid_bytes[:PID_FIELD] != self._read_pid_bytes():
+        head = self._read_head()
+        self.generation = int.from_bytes(head[PID_FIELD:], "little")
+        if self._pid_bytes[:PID_FIELD] != head[:PID_FIELD]:
             try:
                 os.pwrite(self._fd, self._pid_bytes, 0)
             except OSError as e:  # callers release only a lock acquire() returned
@@ -68,10 +75,19 @@ class WriterLock:
                 delay = min(delay * 2, 0.02)
 
     def _read_pid_bytes(self) -> bytes:
+        return self._read_head()[:PID_FIELD]
+
+    def _read_head(self) -> bytes:
         try:
-            return os.pread(self._fd, PID_FIELD, 0)
+            return os.pread(self._fd, PID_FIELD + GEN_FIELD, 0)
         except OSError:
             return b""
+
+    def set_generation(self, base: int) -> None:
+        """Record (holding the lock) that a generation starting at ``base`` is being
+        written; raises ``OSError``. Not synced: only live processes read it."""
+        os.pwrite(self._fd, base.to_bytes(GEN_FIELD, "little"), PID_FIELD)
+        self.generation = base
 
     def holder_pid(self) -> int | None:
         raw = self._read_pid_bytes().strip()

@@ -108,6 +108,14 @@ class PointReader:
             except OSError as e:
                 raise LedgerIOError(f"cannot read {self.log_dir}: {e.strerror or e}") from e
 
+    def reset(self) -> None:
+        """Forget every segment (the log moved to a new generation)."""
+        with self._lock:
+            for seg in self._open.values():
+                os.close(seg.fd)
+            self._open.clear()
+            self._segs, self._bases = [], []
+
     def close(self) -> None:
         """Close every segment held open; reads then raise ``LedgerClosedError``."""
         with self._lock:

@@ -17,25 +17,28 @@ from typing import Any
 
 import cbor2
 
-from .errors import CorruptLogError, LedgerIOError
+from .errors import CorruptLogError, GenerationChangedError, LedgerIOError
 from .event import EVENT_BUILDERS, Event
 from .frame import (
     PAST_ALL_SEQS,
     SEGMENT_HEADER_SIZE,
     FrameError,
+    decode_payload,
     decode_rows_at,
+    encode_row,
     has_valid_frame_after,
     payload_head_fast,
+    row_bounds,
     segment_header_is_torn,
     walk_frames,
 )
-from .records import Batch
+from .records import Batch, RawBatch
 from .segments import (
     FrameIndex,
     data_end,
     header_is_torn,
     last_segment_is_torn,
-    list_segments,
+    list_generation,
     pread_all,
     read_header,
 )
@@ -45,13 +48,32 @@ INDEX_CACHE = 64
 #: A later segment of a bounded read is read through its index only above this size.
 INDEX_MIN_BYTES = 1024 * 1024
 
-#: What :meth:`Reader.scan` yields: batches, events, or digests.
-BATCHES, EVENTS, DIGESTS = 0, 1, 2
+#: What :meth:`Reader.scan` yields: batches, events, digests, or raw batches.
+BATCHES, EVENTS, DIGESTS, RAW = 0, 1, 2, 3
 
 #: ``(data, start, data_offset, seq, digest, base_seq, prev_digest, indexed_end)``:
 #: see :meth:`Reader.span`.
 Span = tuple[bytes, int, int, int, bytes, int, bytes, int]
 
+
+
+def raw_batch(path: Path, off: int, payload: memoryview, first: int, count: int) -> RawBatch:
+    """A chain-checked frame's batch with each event's stored bytes (``RAW`` scans).
+
+    A payload written before per-event offsets has no stored bounds: its rows are
+    re-encoded (``encode_row``), the only case where the bytes may differ."""
+    try:
+        at, bid, rows = decode_payload(payload)
+        if len(rows) != count:
+            raise ValueError("event count does not match the header")
+        raw: list[bytes] = []
+        for i in range(count):
+            span = row_bounds(payload, i)
+            raw.append(bytes(payload[span[0]:span[1]]) if span is not None
+                       else encode_row(rows[i]))
+        return RawBatch(first, float(at), bid, tuple(raw))
+    except (ValueError, TypeError) as e:
+        raise CorruptLogError(path, off, f"payload does not decode: {e}") from None
 
 
 class Reader:
@@ -91,11 +113,11 @@ class Reader:
             bounded = to_seq is not None
             stop_seq = to_seq if to_seq is not None else PAST_ALL_SEQS
             need = from_seq  # the next seq the caller still wants
-            segs = list_segments(self.log_dir)
+            segs, gen = list_generation(self.log_dir)
             if not segs:
                 return
             i = max(bisect_right([b for b, _p in segs], from_seq) - 1, 0)
-            if i == 0 and segs[0][0] != 1:
+            if i == 0 and segs[0][0] != 1 and not gen:
                 raise CorruptLogError(
                     segs[0][1], 0, f"segments before seq {segs[0][0]} are missing"
                 )
@@ -125,6 +147,9 @@ class Reader:
                             need = nxt = first + count
                             if mode == DIGESTS:
                                 yield first, nxt - 1, fdigest
+                                continue
+                            if mode == RAW:
+                                yield raw_batch(path, off + data_off, mv[p0:p1], first, count)
                                 continue
                             rows = None
                             if mode == EVENTS and bounded and count > 8:
@@ -238,6 +263,9 @@ class Reader:
         except FileNotFoundError:
             if last:  # a torn segment another writer just moved to quarantine/
                 return None
+            segs, gen = list_generation(self.log_dir)
+            if gen and segs[0][0] > base:
+                raise GenerationChangedError(path) from None
             raise LedgerIOError(f"cannot open {path}: segment vanished") from None
         except OSError as e:
             raise LedgerIOError(f"cannot open {path}: {e.strerror}") from e

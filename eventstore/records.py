@@ -68,3 +68,17 @@ def event_of_row(row: Any, seq: int, at: float) -> Event:
         raise ValueError("event is not [kind, key, data]")
     kind, key, data = row
     return Event(kind, key, data, seq=seq, at=at)
+
+
+@attrs.frozen
+class RawBatch:
+    """A batch as stored: its events' own CBOR ``[kind, key, data]`` bytes, chain-checked.
+
+    What compaction copies into a new generation, so each event keeps its exact
+    bytes (a cache packet stays verbatim, floats and tags stay as written).
+    """
+
+    first_seq: int
+    at: float
+    batch_id: str | None
+    rows: tuple[bytes, ...]

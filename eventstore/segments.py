@@ -20,9 +20,9 @@ from . import _osio, private
 from .errors import CorruptLogError, LedgerIOError, UnsupportedFormatError
 from .frame import (
     FOOTER_SIZE,
-    FORMAT_VERSION,
     FRAME_HEADER_SIZE,
     FRAME_OVERHEAD,
+    MAX_READ_VERSION,
     PAYLOAD_HEAD_MAX,
     SEGMENT_HEADER_SIZE,
     FrameError,
@@ -53,21 +53,65 @@ def segment_name(base_seq: int) -> str:
     return f"{base_seq:020d}.seg"
 
 
-def list_segments(log_dir: Path) -> list[tuple[int, Path]]:
-    """``(base_seq, path)`` of every segment, in seq order."""
+def list_all_segments(log_dir: Path) -> list[tuple[int, Path, int]]:
+    """``(base_seq, path, inode)`` of every segment file, older generations included."""
     try:
-        names = os.listdir(log_dir)
+        with os.scandir(log_dir) as it:
+            out = []
+            for entry in it:
+                m = SEGMENT_RE.fullmatch(entry.name)
+                if m:
+                    out.append((int(m.group(1)), log_dir / entry.name, entry.inode()))
     except FileNotFoundError:
         return []
     except OSError as e:
         raise LedgerIOError(f"cannot list {log_dir}: {e.strerror}") from e
-    out = []
-    for name in names:
-        m = SEGMENT_RE.fullmatch(name)
-        if m:
-            out.append((int(m.group(1)), log_dir / name))
     out.sort()
     return out
+
+
+#: ``(path, inode) -> generation start?`` for headers already read. A header never
+#: changes once its segment is renamed into place; a new file at a path has a new inode.
+_GEN_FLAGS: dict[tuple[str, int], bool] = {}
+
+
+def starts_generation(path: Path, ino: int) -> bool:
+    """Does this segment's header carry the generation-start flag? A header that cannot
+    be read or decoded says no (the caller's own read of it reports the problem)."""
+    key = (str(path), ino)
+    hit = _GEN_FLAGS.get(key)
+    if hit is not None:
+        return hit
+    try:
+        with open(path, "rb") as f:
+            hdr = decode_segment_header(f.read(SEGMENT_HEADER_SIZE))
+    except (OSError, SegmentHeaderError):
+        return False
+    if len(_GEN_FLAGS) > 1 << 16:
+        _GEN_FLAGS.clear()
+    _GEN_FLAGS[key] = hdr.generation_start
+    return hdr.generation_start
+
+
+def list_generation(log_dir: Path) -> tuple[list[tuple[int, Path]], bool]:
+    """The current generation's segments, in seq order, and whether it starts with a
+    generation-start segment (else it starts at seq 1).
+
+    The current generation begins at the newest segment whose header has the
+    generation-start flag (format.md §12); segments before it are left-overs of an
+    older generation that a writer has not removed yet, and nothing reads them.
+    """
+    segs = list_all_segments(log_dir)
+    for k in range(len(segs) - 1, -1, -1):
+        base, path, ino = segs[k]
+        if starts_generation(path, ino):
+            return [(b, p) for b, p, _i in segs[k:]], True
+    return [(b, p) for b, p, _i in segs], False
+
+
+def list_segments(log_dir: Path) -> list[tuple[int, Path]]:
+    """``(base_seq, path)`` of every segment of the current generation, in seq order."""
+    return list_generation(log_dir)[0]
 
 
 def read_bytes(path: Path, offset: int = 0) -> bytes:
@@ -116,6 +160,13 @@ def data_end(fd: int, size: int) -> int:
     return min(size, SEGMENT_HEADER_SIZE)
 
 
+def segment_content(path: Path) -> bytes:
+    """A segment's bytes without the zeros preallocated past its last frame."""
+    data = read_bytes(path)
+    end = content_end(data, SEGMENT_HEADER_SIZE)
+    return data if end == len(data) else data[:end]
+
+
 def open_segment(path: Path) -> int:
     """A read-only fd on a segment (the caller closes it); LedgerIOError on failure."""
     try:
@@ -153,7 +204,7 @@ def read_header(path: Path, data: bytes | None = None) -> SegmentHeader:
         hdr = decode_segment_header(data)
     except SegmentHeaderError as e:
         if e.version is not None:
-            raise UnsupportedFormatError(path, e.version, FORMAT_VERSION) from None
+            raise UnsupportedFormatError(path, e.version, MAX_READ_VERSION) from None
         raise CorruptLogError(path, 0, e.reason) from None
     m = SEGMENT_RE.fullmatch(path.name)
     if m and int(m.group(1)) != hdr.base_seq:
@@ -231,11 +282,12 @@ def _candidates(qdir: Path, stem: str, suffix: str) -> Iterator[Path]:
         n += 1
 
 
-def quarantine_bytes(log_dir: Path, stem: str, data: bytes) -> Path:
-    """Write ``data`` to a new file ``quarantine/<stem>.torn`` (or ``<stem>.<n>.torn``
-    if taken), fsync it and the directory; raises ``OSError`` (nothing left behind)."""
+def quarantine_bytes(log_dir: Path, stem: str, data: bytes, suffix: str = "torn") -> Path:
+    """Write ``data`` to a new file ``quarantine/<stem>.<suffix>`` (or
+    ``<stem>.<n>.<suffix>`` if taken), fsync it and the directory; raises ``OSError``
+    (nothing left behind)."""
     qdir, created = _quarantine_dir(log_dir)
-    for path in _candidates(qdir, stem, "torn"):
+    for path in _candidates(qdir, stem, suffix):
         try:
             fd = private.create_file(path, os.O_WRONLY | os.O_EXCL)
             break

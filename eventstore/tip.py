@@ -10,11 +10,13 @@ meets is remembered in :attr:`Tip.fault` (the handle then fails closed).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from .errors import CorruptLogError, LedgerError, LedgerIOError
 from .frame import (
+    FOOTER_SIZE,
     FRAME_HEADER_SIZE,
     GENESIS_DIGEST,
     PREALLOC_VERSION,
@@ -23,13 +25,12 @@ from .frame import (
     segment_header_is_torn,
 )
 from .segments import (
-    FOOTER_SIZE,
     Tail,
     data_end,
     fast_tail,
     header_is_torn,
     last_segment_is_torn,
-    list_segments,
+    list_generation,
     open_segment,
     pread_all,
     read_header,
@@ -37,6 +38,10 @@ from .segments import (
     segment_name,
 )
 from .window import BatchWindow
+
+#: At most this long (seconds) between two looks for a newer generation by a handle
+#: that saw no seal (a compaction that died between its commit and its seal).
+GEN_CHECK_INTERVAL = 0.1
 
 
 class Tip:
@@ -71,13 +76,20 @@ class Tip:
         # zeros past the last frame are free space from format version 2 on
         self.may_preallocate = False
         self.alloc_hint = 0  # the active segment's size as this handle last knew it
+        #: The first seq of the generation this handle follows (format.md §12).
+        self.gen_base = 1
+        #: Called when this handle moved to a newer generation (compaction, salvage):
+        #: caches keyed by segment (frame indexes, open segments, batch ids) are stale.
+        self.on_new_generation: Callable[[], None] = lambda: None
+        self._gen_checked = time.monotonic()  # the last check_generation
 
     # --- opening --------------------------------------------------------------------
 
     def load(self) -> None:
         """Find the last segment and its valid end (corruption goes to :attr:`fault`)."""
         try:
-            segs = list_segments(self.log_dir)
+            segs, gen = list_generation(self.log_dir)
+            self.gen_base = segs[0][0] if gen else 1
             for _base, path in segs[:-1]:
                 read_header(path)
             if segs and not self._load_active(*segs[-1], may_be_torn=True):
@@ -183,11 +195,22 @@ class Tip:
 
     def _refresh(self) -> None:
         if self.path is None:
-            segs = list_segments(self.log_dir)
-            if not segs or not self._switch_to(segs[0], GENESIS_DIGEST, 1, len(segs) == 1):
+            segs, gen = list_generation(self.log_dir)
+            if not segs:
+                return
+            if gen:
+                self.gen_base = segs[0][0]
+            if not self._switch_to(segs[0], None if gen else GENESIS_DIGEST, segs[0][0] if gen
+                                   else 1, len(segs) == 1):
                 return
         assert self.path is not None
-        fd = self.active_fd()
+        try:
+            fd = self.active_fd()
+        except LedgerIOError as e:
+            if isinstance(e.__cause__, FileNotFoundError):  # removed by a new generation
+                self.reload()
+                return
+            raise
         try:
             # Zeros at ``end`` (preallocated space) mean nothing new: a frame another
             # process writes always starts with its non-zero magic (junk that a power
@@ -228,20 +251,71 @@ class Tip:
             self.end_stable = False
         else:  # nothing past ``end`` but zeros: another writer cut any torn tail we saw
             self.torn = None
-        if self.end >= self.roll_at and self.torn is None and self._next_segment_exists():
-            # a full segment is followed by the one starting at head + 1 or by none: a
-            # stat says which without listing the directory on every look at the head
-            segs = list_segments(self.log_dir)
-            for k, (base, path) in enumerate(segs):
-                if base <= self.base:
-                    continue
-                last = k == len(segs) - 1
-                if base != self.head + 1 and not (last and last_segment_is_torn(path)):
-                    raise CorruptLogError(
-                        path, 0, f"segment starts at seq {base}, expected {self.head + 1}"
-                    )
-                if not self._switch_to((base, path), self.digest, base, last):
-                    break
+        # Where a new generation could have begun (format.md §12): past a full segment (a
+        # roll, as ever), past a torn tail (the seal a compaction writes at the end of the
+        # segment it replaces looks like one), and, for the instant between a commit and
+        # its seal (a crash there), at most GEN_CHECK_INTERVAL after the last look. So
+        # the usual look at the head costs no extra system call.
+        if self.end >= self.roll_at or self.torn is not None or self._gen_check_due():
+            self.check_generation()
+
+    def _gen_check_due(self) -> bool:
+        now = time.monotonic()
+        if now - self._gen_checked < GEN_CHECK_INTERVAL:
+            return False
+        self._gen_checked = now
+        return True
+
+    def check_generation(self) -> None:
+        """Move on to a segment that starts at ``head + 1`` (a roll, or a new generation
+        at our head), or reload if our segment was removed (we were behind a cut, or two
+        came by). Two ``stat``s; a writer runs it whenever the lock file says a
+        generation was written since it last looked."""
+        assert self.path is not None
+        self._gen_checked = time.monotonic()
+        if self._next_segment_exists():
+            self._move_on()
+        elif not os.path.exists(self.path):
+            self.reload()
+
+    def _move_on(self) -> None:
+        """A segment starts at ``head + 1``: a roll, or a new generation at our head."""
+        segs, gen = list_generation(self.log_dir)
+        if gen and segs[0][0] > self.gen_base:
+            base, path = segs[0]
+            if base != self.head + 1 or read_header(path).prev_digest != self.digest:
+                self.reload()  # behind the cut, or a salvage: start over in the new one
+                return
+            # a generation that starts at our head and chains to our digest (a
+            # compaction's): follow it like a roll
+            self.gen_base = base
+            self.window.reset()
+            self.on_new_generation()
+        elif self.end < self.roll_at or self.torn is not None:
+            return  # a roll happens only from a full segment: not for us yet
+        # a full segment is followed by the one starting at head + 1 or by none
+        for k, (base, path) in enumerate(segs):
+            if base <= self.base:
+                continue
+            last = k == len(segs) - 1
+            if base != self.head + 1 and not (last and last_segment_is_torn(path)):
+                raise CorruptLogError(
+                    path, 0, f"segment starts at seq {base}, expected {self.head + 1}"
+                )
+            if not self._switch_to((base, path), self.digest, base, last):
+                break
+
+    def reload(self) -> None:
+        """Forget everything about the old generation and open the current one afresh."""
+        self.close_fd()
+        self.path, self.base, self.head, self.digest = None, 0, 0, GENESIS_DIGEST
+        self.torn, self.torn_seg, self.last_at = None, None, 0.0
+        self.end, self.end_stable = 0, True
+        self.window.reset()
+        self.on_new_generation()
+        self.load()
+        if self.fault is not None:
+            raise self.fault
 
     def _next_segment_exists(self) -> bool:
         """Is there a segment starting at ``head + 1``? One stat of a cached path string
@@ -288,9 +362,12 @@ class Tip:
         self.end_stable = False
 
     def _switch_to(
-        self, seg: tuple[int, Path], prev_digest: bytes, next_seq: int, last: bool
+        self, seg: tuple[int, Path], prev_digest: bytes | None, next_seq: int, last: bool
     ) -> bool:
-        """Move on to a newer segment (False: it is the last one and its header is torn)."""
+        """Move on to a newer segment (False: it is the last one and its header is torn).
+
+        ``prev_digest`` None: ``seg`` starts the generation; its header says the digest.
+        """
         base, path = seg
         fd = open_segment(path)
         try:
@@ -303,7 +380,9 @@ class Tip:
             self.torn_seg = path
             return False
         hdr = read_header(path, data)
-        if hdr.prev_digest != prev_digest:
+        if prev_digest is None:
+            prev_digest = hdr.prev_digest
+        elif hdr.prev_digest != prev_digest:
             raise CorruptLogError(path, 0, "segment does not chain to the one before it")
         self.set_active(base, path, hdr.roll_bytes, hdr.version)
         self.head, self.digest = base - 1, prev_digest

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ from .frame import (
     segment_header_is_torn,
     walk_frames,
 )
-from .segments import list_segments, read_bytes, read_header
+from .generation import check_generation_start
+from .segments import list_all_segments, list_generation, read_bytes, read_header
 
 
 def _content(path: Path) -> bytes:
@@ -49,6 +50,10 @@ class VerifyReport:
     head_seq: int
     segments: int
     problems: tuple[Problem, ...]
+    base_seq: int = 1
+    """The first seq of the current generation (format.md §12)."""
+    stale_segments: int = 0
+    """Segments of an older generation not removed yet (ignored by readers)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -57,6 +62,8 @@ class VerifyReport:
             "frames": self.frames,
             "head_seq": self.head_seq,
             "segments": self.segments,
+            "base_seq": self.base_seq,
+            "stale_segments": self.stale_segments,
             "problems": [p.to_json() for p in self.problems],
         }
 
@@ -72,16 +79,19 @@ def check_rows(rows: Sequence[Any], count: int) -> str | None:
     return None
 
 
-def verify_log(log_dir: Path) -> VerifyReport:
+def verify_log(log_dir: Path, progress: Callable[[int], None] | None = None) -> VerifyReport:
     """Check headers, chain, seq continuity, checksums and payload shape of every frame.
 
     A torn final frame is reported too (a crash left bytes the next writer will
     cut), so ``ok`` means the files hold exactly the committed batches.
+    ``progress`` hears of each segment checked.
     """
     problems: list[Problem] = []
     events = frames = 0
     digest, next_seq = GENESIS_DIGEST, 1
-    segs = list_segments(log_dir)
+    segs, gen = list_generation(log_dir)
+    stale = len(list_all_segments(log_dir)) - len(segs)
+    base_seq = segs[0][0] if gen else 1
     n_segs = len(segs)
     torn_last: Problem | None = None
     if segs:
@@ -103,6 +113,8 @@ def verify_log(log_dir: Path) -> VerifyReport:
                 )
                 segs = segs[:-1]
     for i, (base, path) in enumerate(segs):
+        if progress is not None and i:
+            progress(1)
         last = i == len(segs) - 1
         try:
             data = _content(path)
@@ -114,6 +126,13 @@ def verify_log(log_dir: Path) -> VerifyReport:
         except (CorruptLogError, UnsupportedFormatError) as e:
             problems.append(Problem(path.name, 0, getattr(e, "reason", str(e))))
             continue
+        if i == 0 and gen:  # a generation start: the cut is checked from its first event
+            digest, next_seq = hdr.prev_digest, base
+            bad = check_generation_start(log_dir, path, data, hdr)
+            if bad is not None:
+                problems.append(Problem(path.name, SEGMENT_HEADER_SIZE, bad))
+        elif hdr.generation_start:
+            problems.append(Problem(path.name, 0, "a generation start inside the generation"))
         if base != next_seq:
             problems.append(
                 Problem(path.name, 0, f"segment starts at seq {base}, expected {next_seq}")
@@ -144,4 +163,5 @@ def verify_log(log_dir: Path) -> VerifyReport:
             problems.append(Problem(path.name, e.offset, reason))
     if torn_last is not None:
         problems.append(torn_last)
-    return VerifyReport(not problems, events, frames, next_seq - 1, n_segs, tuple(problems))
+    return VerifyReport(not problems, events, frames, next_seq - 1, n_segs, tuple(problems),
+                        base_seq, stale)

@@ -75,7 +75,7 @@ class SegmentWriter:
             sweep_tmp(tip.log_dir)
             self._swept = True
         if tip.torn_seg is not None:
-            self._set_aside_torn_segment()
+            self.set_aside_torn_segment()
         if tip.path is None or tip.end >= tip.roll_at:
             self._roll()
         fd = tip.active_fd(write=True)
@@ -290,7 +290,7 @@ class SegmentWriter:
             ) from e
         tip.torn = None
 
-    def _set_aside_torn_segment(self) -> None:
+    def set_aside_torn_segment(self) -> None:
         """Move a last segment whose header is torn (it holds no frame) into quarantine/."""
         tip = self.tip
         path = tip.torn_seg

@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 import attrs
 
-from eventstore import Event, LedgerIOError, LogBackend
+from eventstore import Event, GenerationChangedError, LedgerIOError, LogBackend
 from eventstore.event import EVENT_BUILDERS
+from eventstore.generation import MARKERS
 
 from .checkpoints import CheckpointDir
 from .scope import is_project_event
@@ -96,8 +97,28 @@ class Runner:
         if v is None:
             v = self.views[name] = self._load(self.projections[name])
             if v.state.seq < self.ledger.head:  # (a read past the head would still seek)
-                fold(self.ledger, [v.state], v.state.seq + 1, None, progress, self.project)
+                self._fold_views([v], v.state.seq + 1, None, progress)
         return v
+
+    def _fold_views(
+        self, views: list[View], from_seq: int, until: int | None, progress: Progress | None
+    ) -> int:
+        """:func:`fold` into ``views``; when the log moved to a new generation under
+        them (a compaction or salvage: its first event, or a segment that vanished
+        mid-read), their states are dropped and folded afresh from the new start."""
+        for attempt in range(3):
+            try:
+                return fold(self.ledger, [v.state for v in views], from_seq, until, progress,
+                            self.project)
+            except (NewGeneration, GenerationChangedError):
+                if attempt == 2:
+                    raise
+                for v in views:
+                    # every checkpoint on disk predates the cut: none may be kept as backup
+                    v.state, v.loaded_from = v.projection.new(), "rebuild"
+                    v.checkpointed_seq, v.stale = 0, {"primary", "backup"}
+                from_seq = 1
+        raise AssertionError("unreachable")
 
     def state(self, name: str) -> State:
         return self.view(name).state
@@ -145,7 +166,7 @@ class Runner:
         low = min(s.seq for s in states)
         if low >= (self.ledger.head if until is None else until):
             return 0  # the usual case for a read: nothing new (a read would list segments)
-        return fold(self.ledger, states, low + 1, until, progress, self.project)
+        return self._fold_views(list(self.views.values()), low + 1, until, progress)
 
     def before_append(self, count: int) -> None:
         """Load now the views that this append would leave ``close_lag`` events behind.
@@ -355,6 +376,28 @@ def fold(
         return _fold(ledger, states, from_seq, until, progress, project)
 
 
+class NewGeneration(Exception):
+    """A fold met the first event of a newer generation with states folded before it."""
+
+
+def generation_events(events: Iterable[Event], states: list[State]) -> Iterator[Event]:
+    """``events`` without the generation markers (``ledger.compacted``/``salvaged``), which only
+    advance the watermarks. A marker reached by a state folded from the generation
+    before it raises :class:`NewGeneration`: that state holds events the new
+    generation replaced (format.md §12), and must be folded afresh."""
+    for ev in events:
+        if ev.kind not in MARKERS:
+            yield ev
+            continue
+        seq = ev.seq
+        for st in states:
+            if 0 < st.seq < seq:
+                raise NewGeneration(seq)
+        for st in states:
+            if st.seq < seq:
+                st.seq = seq
+
+
 def project_events(events: Iterable[Event], states: list[State], project: str) -> Iterator[Event]:
     """The events of ``project`` among ``events``; the others only advance watermarks."""
     for ev in events:
@@ -378,7 +421,7 @@ def _fold(
     n = 0
     applies = [st.apply for st in states]
     step = 1024  # progress granularity
-    events: Iterable[Event] = ledger.read(from_seq, until)
+    events: Iterable[Event] = generation_events(ledger.read(from_seq, until), states)
     if project is not None:
         events = project_events(events, states, project)
     if len(applies) == 1:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eventstore import Ledger, private
+from eventstore.segments import list_segments
 
 from .scope import Layout
 
@@ -23,13 +24,23 @@ def log_report(log_dir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"path": str(log_dir), "exists": log_dir.is_dir()}
     if not out["exists"]:
         return out
-    segs = sorted(p for p in log_dir.glob("*.seg") if p.is_file())
+    from .compaction import plan_compaction
+
+    segs = [p for _b, p in list_segments(log_dir)]  # the current generation's
     out["segments"] = len(segs)
     out["bytes"] = sum(_size(p) for p in segs)
     with Ledger.open(log_dir, readonly=True) as led:
-        out["events"] = led.head  # seqs are gapless from 1
-        out["head_seq"] = led.head
-        out["head_digest"] = led.head_digest.hex() if led.head else None
+        base, head = led.base, led.head
+        out["base_seq"] = base
+        out["events"] = head - base + 1 if head else 0  # gapless from the generation start
+        out["head_seq"] = head
+        out["head_digest"] = led.head_digest.hex() if head else None
+        # what `ctxledger compact` would keep (docs/operations.md, "Compaction")
+        plan = plan_compaction(led.read_raw_batches(base, head)) if head else None
+    out["live_events"] = plan.kept if plan is not None else 0
+    out["event_bytes"] = plan.bytes_total if plan is not None else 0
+    out["live_bytes"] = plan.bytes_kept if plan is not None else 0
+    out["live_fraction"] = round(plan.live_fraction, 4) if plan is not None else 1.0
     return out
 
 

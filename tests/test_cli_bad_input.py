@@ -414,6 +414,31 @@ CASES = [
     case("huge", "log head", "--root", f"R/{LONG}", code=1),
     case("control", "log head", "--root", "R/\x1b[2J", code=1),  # no store there
     case("traversal", "log head", "--root", PASSWD),
+    case("types", "log export", "--root", R, "--from", "one"),
+    case("types", "log export", "--root", R, "--from", "5", "--to", "2"),
+    case("huge", "log export", "--root", R, "--to", BIG),
+    case("nonfinite", "log export", "--root", R, "--from", "inf"),
+    case("negative", "log export", "--root", R, "--from", "-1"),
+    case("utf8", "log export", "--root", R, "--kind", b"a.\xff"),
+    case("control", "log export", "--root", "R/\x1b[2J", code=1),
+    case("traversal", "log export", "--root", PASSWD),
+    case("types", "log import", "--root", R),  # FILE is required
+    case("types", "log import", "--root", R, "R/bad.json", code=1),  # not an export
+    case("huge", "log import", "--root", R, f"R/{LONG}"),
+    case("control", "log import", "--root", R, "R/\x1b[2J"),  # no such file
+    case("utf8", "log import", "--root", R, "R/bad.json", "--storage-scope", b"agent\xff"),
+    case("traversal", "log import", "--root", R, PASSWD, code=1),  # read, refused, nothing written
+    case("types", "salvage", "--root", R, "extra"),
+    case("huge", "salvage", "--root", f"R/{LONG}", code=1),
+    case("control", "salvage", "--root", "R/\x1b[2J", code=1),  # no store there
+    case("traversal", "salvage", "--root", PASSWD),
+    case("utf8", "salvage", "--root", R, "--storage-scope", b"agent\xff"),
+    case("types", "compact", "--root", R, "extra"),
+    case("types", "compact", "--root", R, "--dry-run=maybe"),
+    case("huge", "compact", "--root", f"R/{LONG}", code=1),
+    case("control", "compact", "--root", "R/\x1b[2J", code=1),  # no store there
+    case("traversal", "compact", "--root", PASSWD),
+    case("utf8", "compact", "--root", R, "--storage-scope", b"agent\xff"),
     case("types", "verify", "--root", R, "--anchor", "12"),  # no digest
     case("control", "verify", "--root", R, "--anchor", "1:\x1b[2J"),
     case("utf8", "verify", "--root", R, "--anchor", b"1:\xff"),

@@ -104,6 +104,13 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("rebuild",), ["rebuild", *R, "--projection", HOSTILE], None),
         (("checkpoint",), ["checkpoint", *R], None),
         (("verify",), ["verify", *R], None),
+        (("log", "export"), ["log", "export", *R], None),
+        (("log", "export"), ["log", "export", *R, "--kind", f"k{HOSTILE}"], None),
+        (("log", "import"), ["log", "import", *R, str(r / "key")], None),  # refused
+        (("salvage",), ["salvage", *R], None),  # nothing to salvage
+        (("compact",), ["compact", *R, "--dry-run"], None),
+        (("compact",), ["compact", *R], None),  # live entries, tasks and the handle survive
+        (("verify",), ["verify", *R], None),
         (("verify",), ["verify", *R, "--anchor", f"1:{HOSTILE}"], None),
         (("log", "head"), ["log", "head", *R], None),
         (("demo",), ["demo", *R, "--packets", "20", "--query", HOSTILE], None),

@@ -40,8 +40,8 @@ from eventstore import (
 )
 from eventstore.event import MAX_DATA_DEPTH
 from eventstore.frame import (
-    FORMAT_VERSION,
     GENESIS_DIGEST,
+    MAX_READ_VERSION,
     SEGMENT_HEADER_SIZE,
     encode_frame,
     iter_frames,
@@ -802,7 +802,7 @@ class TestFileSegments(FileLog):
             led.append([ev(1)])
         seg = next((tmp_path / "log").glob("*.seg"))
         data = bytearray(seg.read_bytes())
-        struct.pack_into("<H", data, 8, FORMAT_VERSION + 1)
+        struct.pack_into("<H", data, 8, MAX_READ_VERSION + 1)
         data[56:64] = blake3.blake3(bytes(data[:56])).digest()[:8]  # a well-formed header
         seg.write_bytes(bytes(data))
         for readonly in (True, False):
@@ -812,7 +812,7 @@ class TestFileSegments(FileLog):
                 with pytest.raises(UnsupportedFormatError) as info:
                     op(led)
                 msg = str(info.value)
-                assert seg.name in msg and f"version {FORMAT_VERSION + 1}" in msg
+                assert seg.name in msg and f"version {MAX_READ_VERSION + 1}" in msg
             rep = led.verify()
             assert not rep.ok and rep.problems[0].segment == seg.name
             led.close()

@@ -1,0 +1,194 @@
+"""``log export`` / ``log import``: JSON Lines that rebuild the log exactly.
+
+export -> import -> export is byte-identical (seqs, digests, times, batch ids
+and every value's bytes), also for a compacted log that starts above seq 1;
+a file that does not chain is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import batch_lists
+from test_compact import answers, fill
+
+from cli.main import ctxledger
+from eventstore import Event, ImportRefusedError, Ledger, check_anchor, head_anchor
+from eventstore.export import check_import
+from projections.compaction import compact
+
+
+def export(led: Ledger, **kw: Any) -> bytes:
+    return "".join(line + "\n" for line in led.export_lines(**kw)).encode()
+
+
+def load(path: Path, text: bytes) -> Ledger:
+    led = Ledger.open(path)
+    led.import_log(check_import(io.BytesIO(text)))
+    return led
+
+
+def files(d: Path) -> dict[str, str]:
+    return {str(p.relative_to(d)): hashlib.blake2b(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch_lists, st.lists(st.text(min_size=1, max_size=8) | st.none(), max_size=8))
+def test_round_trip_is_exact(tmp_path_factory: pytest.TempPathFactory,
+                             batches: list[list[Event]], ids: list[str | None]) -> None:
+    d = tmp_path_factory.mktemp("rt")
+    with Ledger.open(d / "a") as a:
+        for i, b in enumerate(batches):
+            a.append(b, batch_id=ids[i] if i < len(ids) and ids[i] else None)
+        text = export(a)
+        with load(d / "b", text) as b2:
+            assert export(b2) == text
+            assert b2.head == a.head and b2.head_digest == a.head_digest
+            assert [(e.kind, e.key, e.data, e.at) for e in b2.read()] == [
+                (e.kind, e.key, e.data, e.at) for e in a.read()]
+            assert b2.verify().ok
+    for line in text.splitlines():
+        json.loads(line)  # every line is one JSON object
+
+
+def test_a_store_round_trips_and_answers_the_same(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    fill(a, n=4)
+    with Ledger.open(a / ".ctxledger" / "log") as led:
+        text = export(led)
+    (b / ".ctxledger").mkdir(parents=True)
+    shutil.copytree(a / "src", b / "src")  # the files the packets name (freshness)
+    with load(b / ".ctxledger" / "log", text) as led:
+        assert export(led) == text
+    assert answers(b) == answers(a)
+
+
+def test_a_compacted_log_round_trips_with_its_anchors(tmp_path: Path) -> None:
+    fill(tmp_path / "a", n=4)
+    with Ledger.open(tmp_path / "a" / ".ctxledger" / "log") as led:
+        anchor = head_anchor(led)
+        compact(led)
+        led.append([Event("x.y", None, {"after": b"\x00", "f": 0.1, "i": 2**80})])
+        assert led.base > 1
+        text = export(led)
+    with load(tmp_path / "b", text) as led:
+        assert export(led) == text
+        assert led.base > 1 and led.verify().ok
+        assert check_anchor(led, anchor) is None  # the anchors file came along
+
+
+def test_filtered_exports(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "a") as led:
+        led.append([Event("a.b", "k", {"n": 1}), Event("a.c", None, {"n": 2})])
+        led.append([Event("a.b", None, {"n": 3})])
+        lines = [json.loads(x) for x in export(led, kind="a.b").splitlines()]
+        assert [x["seq"] for x in lines] == [1, 3]
+        assert [x["seq"] for x in map(json.loads, export(led, from_seq=2).splitlines())] \
+            == [2, 3]
+        with pytest.raises(ImportRefusedError, match="gap"):
+            check_import(io.BytesIO(export(led, kind="a.b")))
+        with pytest.raises(ImportRefusedError, match="whole log"):
+            check_import(io.BytesIO(export(led, from_seq=3)))
+
+
+def _bad_files(text: bytes) -> dict[str, tuple[bytes, str]]:
+    lines = text.splitlines(keepends=True)
+    first = json.loads(lines[0])
+
+    def edit(i: int, **kw: Any) -> bytes:
+        obj = json.loads(lines[i])
+        obj.update(kw)
+        return b"".join(lines[:i] + [json.dumps(obj).encode() + b"\n"] + lines[i + 1:])
+
+    d = first["digest"]
+    out = {
+        "digest": (edit(0, digest=("0" if d[0] != "0" else "1") + d[1:]), "does not chain"),
+        "gap": (b"".join(lines[:1] + lines[2:]), "expected"),
+        "json": (b"".join(lines[:1] + [b'{"seq": 2,\n'] + lines[2:]), "not JSON"),
+        "data": (edit(0, data={"n": 999}), "data differs"),
+        "kind": (edit(0, kind="z.z"), "kind or key differs"),
+        "at": (edit(1, at=first["at"] + 1), "disagree"),
+        "at0": (edit(0, at=first["at"] + 1), "does not chain"),
+        "truncated": (b"".join(lines[:-1]), "ends inside the frame"),
+        "empty": (b"", "no event"),
+        "not object": (b"[1]\n", "not a JSON object"),
+    }
+    assert sorted(out) == sorted(BAD)
+    return out
+
+
+BAD = ["digest", "gap", "json", "data", "kind", "at", "at0", "truncated", "empty", "not object"]
+
+
+@pytest.mark.parametrize("which", BAD)
+def test_a_file_that_does_not_chain_is_refused_before_anything_is_written(
+    tmp_path: Path, which: str
+) -> None:
+    with Ledger.open(tmp_path / "a") as led:
+        led.append([Event("a.b", "k", {"n": 1})])
+        led.append([Event("a.b", None, {"n": 2}), Event("a.b", None, {"n": 3})])
+        text = export(led)
+    bad, why = _bad_files(text)[which]
+    (tmp_path / "b").mkdir()
+    before = files(tmp_path / "b")
+    with pytest.raises(ImportRefusedError, match=why):
+        check_import(io.BytesIO(bad))
+    (tmp_path / "bad.jsonl").write_bytes(bad)
+    res = CliRunner().invoke(ctxledger, ["init", "--root", str(tmp_path / "b")])
+    before = files(tmp_path / "b")
+    res = CliRunner().invoke(ctxledger, ["log", "import", "--root", str(tmp_path / "b"),
+                                         str(tmp_path / "bad.jsonl")])
+    assert res.exit_code == 1 and res.stderr.startswith("error: line ")
+    assert files(tmp_path / "b") == before
+
+
+def test_a_line_over_the_limit_is_refused(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "a") as led:
+        led.append([Event("a.b", "k", {"pad": "x" * 500})])
+        text = export(led)
+    with pytest.raises(ImportRefusedError, match="longer than 100 bytes"):
+        check_import(io.BytesIO(text), limit=100)
+    assert check_import(io.BytesIO(text), limit=len(text)).head_digest
+
+
+def test_import_only_into_an_empty_log(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "a") as led:
+        led.append([Event("a.b", "k", {})])
+        text = export(led)
+    with Ledger.open(tmp_path / "b") as led:
+        led.append([Event("c.d", None, {})])
+        with pytest.raises(Exception, match="not empty"):
+            led.import_log(check_import(io.BytesIO(text)))
+        assert led.head == 1
+
+
+def test_export_and_import_commands(tmp_path: Path) -> None:
+    run = CliRunner().invoke
+    a, b = tmp_path / "a", tmp_path / "b"
+    fill(a, n=3)
+    with Ledger.open(a / ".ctxledger" / "log") as led:
+        compact(led)
+    out = run(ctxledger, ["log", "export", "--root", str(a)])
+    assert out.exit_code == 0 and out.stderr == ""
+    (tmp_path / "x.jsonl").write_text(out.stdout)
+    assert run(ctxledger, ["init", "--root", str(b)]).exit_code == 0
+    shutil.copytree(a / "src", b / "src")
+    imp = run(ctxledger, ["log", "import", "--root", str(b), str(tmp_path / "x.jsonl"),
+                          "--json"])
+    assert imp.exit_code == 0, imp.output
+    doc = json.loads(imp.stdout)
+    assert doc["first_seq"] > 1 and doc["imported_events"] == len(out.stdout.splitlines())
+    again = run(ctxledger, ["log", "export", "--root", str(b)])
+    assert again.stdout == out.stdout
+    assert run(ctxledger, ["verify", "--root", str(b)]).exit_code == 0
+    assert answers(b) == answers(a)
