@@ -325,6 +325,7 @@ class Ledger:
                         self.log_dir, old_head + 1, old_digest, self.segment_bytes,
                         chain([first], batches), anchors, progress,
                     )
+                    self._writer.generation_written()
                     seal_segment(seal_fd, seal_at, written.base)
                 finally:
                     if seal_fd >= 0:

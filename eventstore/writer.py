@@ -124,7 +124,12 @@ class SegmentWriter:
             return
         try:
             for path in self._left_unsynced:
-                fd = os.open(path, os.O_RDONLY)
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    # only a compaction or salvage removes a segment, and only after its
+                    # frames are durable in the new generation it wrote (format.md §12)
+                    continue
                 try:
                     _osio.fdatasync(fd)
                 finally:
@@ -137,6 +142,12 @@ class SegmentWriter:
             raise LedgerIOError(f"flush failed: {e.strerror or e}") from e
         self._unsynced = False
         self._last_sync = time.monotonic()
+
+    def generation_written(self) -> None:
+        """This handle wrote a new generation (synced whole, every frame it appended in
+        it): nothing it left unsynced in the replaced segments needs a sync any more."""
+        self._left_unsynced.clear()
+        self._unsynced = False
 
     def _sync_before_leaving(self) -> None:
         """This handle leaves the active segment: sync frames it left unsynced there.

@@ -708,3 +708,27 @@ def test_calibration_samples_beyond_the_views_retention_are_dropped(tmp_path: Pa
     after = (cal.profile("p", "m"), cal.profile("q", "m"))
     cal.close()
     assert plain(after) == plain(before)
+
+
+@pytest.mark.parametrize("who", ["this handle", "another handle"])
+def test_a_flush_after_a_compaction_removed_unsynced_segments(tmp_path: Path, who: str) -> None:
+    """sync="none": segments this writer rolled past wait for flush(); a compaction (its
+    own, or another handle's) removes them once their frames are durable in the new
+    generation, so the flush has nothing left to do there (it used to fail: ENOENT)."""
+    log_dir = tmp_path / "log"
+    packet = {"target": "t", "summary": "the same packet, put again and again"}
+    row = ("cache.put", None, {"packet": packet})
+    with Ledger.open(log_dir, sync="none", segment_bytes=4096) as led:
+        for _ in range(60):  # rolls: several segments left unsynced
+            led.append([Event(*row)])
+        assert len(list_all_segments(log_dir)) > 2
+        if who == "this handle":
+            assert compact(led).compacted
+        else:
+            with Ledger.open(log_dir) as other:
+                assert compact(other).compacted
+        led.flush()  # nothing unsynced is left anywhere it could reach
+        r = led.append([Event(*row)])
+        led.flush()
+    with Ledger.open(log_dir, readonly=True) as ro:
+        assert ro.verify().ok and ro.head == r.last_seq
