@@ -22,6 +22,7 @@ from typing import Any, TypedDict
 
 from eventstore import Event, Ledger
 from projections import ContextStore
+from projections.compaction import compact
 from projections.config import StoreConfig
 
 
@@ -76,15 +77,33 @@ def op_checkpoint(store: ContextStore, rng: random.Random, tag: str) -> list[Ack
     return []
 
 
+def op_reput(store: ContextStore, rng: random.Random, tag: str) -> list[Ack]:
+    """Put a live entry's packet again: the earlier put is superseded (compaction drops it)."""
+    entries = store.list(limit=50)
+    got = store.get(rng.choice(entries).cache_key) if entries else None
+    if got is None:
+        return op_put(store, rng, tag)
+    r = store.put(got.body)
+    return [Ack(seq=r.seq, kind="cache.put", key=r.cache_key, data={"packet": got.body})]
+
+
+def op_compact(store: ContextStore, rng: random.Random, tag: str) -> list[Ack]:
+    """What ``ctxledger compact`` does: a new generation, then the checkpoints afresh."""
+    if compact(store.ledger).compacted:
+        store.checkpoint()
+    return []
+
+
 #: Operations by name: every harness runs all of them (the crash loop and the power cut
-#: in a random mix, the I/O-error sweep one after another). Compaction and salvage join
-#: every harness with one line each here once they exist, e.g.
-#: ``"compact": lambda store, rng, tag: (store.compact(), [])[1],``.
+#: in a random mix, the I/O-error sweep one after another). A new operation joins every
+#: harness with one line here.
 OPS: dict[str, Op] = {
     "put": op_put,
     "put_many": op_put_many,
     "task": op_task,
     "checkpoint": op_checkpoint,
+    "reput": op_reput,
+    "compact": op_compact,
 }
 
 #: The mix the crash loop and the power cut draw from: every operation, puts twice.
