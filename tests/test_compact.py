@@ -732,3 +732,26 @@ def test_a_flush_after_a_compaction_removed_unsynced_segments(tmp_path: Path, wh
         led.flush()
     with Ledger.open(log_dir, readonly=True) as ro:
         assert ro.verify().ok and ro.head == r.last_seq
+
+
+def test_a_note_that_resolves_a_question_still_resolves_it_after_compaction(
+        tmp_path: Path) -> None:
+    """Compaction renumbers the events it keeps: a note's ``resolves`` (seqs of earlier
+    questions) must follow, or resolved questions come back open."""
+    with ContextStore.open(tmp_path) as s:
+        for i in range(6):  # superseded puts: something to drop before the task
+            s.put({"target": "t", "summary": "x", "n": i % 2})
+        tid = s.tasks.create("t").id
+        q1 = s.tasks.note(tid, "question", {"text": "which?"}).last_seq
+        q2 = s.tasks.note(tid, "question", {"text": "why?"}).last_seq
+        s.tasks.note(tid, "decision", {"text": "this", "resolves": q1})
+        s.tasks.note(tid, "evidence", {"text": "that", "resolves": [q2, 999]})
+        assert s.tasks.record(tid).open_questions == ()  # type: ignore[union-attr]
+        assert compact(s.ledger).compacted
+    for _ in range(2):  # the store that did it, then a fresh fold of the new generation
+        with ContextStore.open(tmp_path) as s:
+            rec = s.tasks.record(tid)
+            assert rec is not None and rec.open_questions == ()
+            qs = [q["seq"] for q in rec.questions]
+            assert [q["resolved_by"] for q in rec.questions] == [qs[1] + 1, qs[1] + 2]
+            s.rebuild()
