@@ -13,7 +13,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -416,13 +416,16 @@ class Ledger:
     def salvage(
         self, clock: Callable[[], float] = time.time,
         progress: Callable[[int], None] | None = None,
+        rewrite: Callable[[bytes, Mapping[int, int]], bytes] | None = None,
     ) -> SalvageReport:
         """Repair mid-log corruption: keep every frame that checks out (salvage.py) in a
         new generation starting past the highest seq seen, whose first event
         ``ledger.salvaged`` lists the lost seq ranges; copy each damaged segment to
         ``quarantine/`` first (never deleted before its copy is synced). A log with
         nothing lost and nothing damaged is left as it is (``salvaged`` false).
-        ``progress`` hears of each segment read."""
+        ``progress`` hears of each segment read. The kept events are renumbered (the
+        new generation starts past every seq seen); ``rewrite(row, new_seq)`` may
+        change a row that names other events by seq (``new_seq``: old seq -> new)."""
         with self._mutex:
             if self._closed:
                 raise LedgerClosedError("ledger is closed")
@@ -468,6 +471,16 @@ class Ledger:
                     "kept_events": sum(len(b.rows) for b in found.batches),
                     "quarantined": quarantined, "salvaged_at": clock(),
                 }
+                new_seq: dict[int, int] = {}
+                for b in found.batches:
+                    for i in range(len(b.rows)):
+                        new_seq[b.first_seq + i] = base + 1 + len(new_seq)
+
+                def rows(b: RawBatch) -> list[bytes]:
+                    if rewrite is None:
+                        return list(b.rows)
+                    return [rewrite(r, new_seq) for r in b.rows]
+
                 at = found.batches[0].at if found.batches else clock()
                 first = (at, None, [cbor2.dumps([SALVAGED, None, marker])])
                 self._announce_generation(lock, base)
@@ -475,7 +488,7 @@ class Ledger:
                 try:
                     written = write_generation(
                         self.log_dir, base, found.head_digest, self.segment_bytes,
-                        chain([first], ((b.at, b.batch_id, list(b.rows))
+                        chain([first], ((b.at, b.batch_id, rows(b))
                                         for b in found.batches)),
                         anchors,
                     )

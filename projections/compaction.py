@@ -26,7 +26,7 @@ every project's needs are kept.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -175,15 +175,16 @@ def kept_batches(plan: Plan, batches: Iterable[RawBatch]) -> Iterator[RawRows]:
     byte for byte."""
     new_seq = {s: plan.head + 2 + i for i, s in enumerate(sorted(plan.keep))}
     for b in batches:
-        rows = [_renumbered(r, new_seq) for i, r in enumerate(b.rows)
+        rows = [renumber_row(r, new_seq) for i, r in enumerate(b.rows)
                 if b.first_seq + i in plan.keep]
         if rows:
             yield b.at, b.batch_id, rows
 
 
-def _renumbered(row: bytes, new_seq: dict[int, int]) -> bytes:
+def renumber_row(row: bytes, new_seq: Mapping[int, int]) -> bytes:
     """``row`` with the seqs its note's ``resolves`` names moved to ``new_seq`` (seqs
-    not kept stay as they were: they named no question before either)."""
+    not kept stay as they were: they named no question before either). Compaction
+    and salvage (``Ledger.salvage(rewrite=...)``) both renumber what they keep."""
     if NOTE.encode() not in row or b"resolves" not in row:
         return row
     try:

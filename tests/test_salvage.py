@@ -186,3 +186,24 @@ def test_salvage_goes_above_an_empty_last_segment(tmp_path: Path) -> None:
         assert rep.salvaged and led.base == head + 2 and led.verify().ok
         lost = lost_seqs(rep.scan.lost)
         assert kept_data(led) == [x for s, x in enumerate(original, 1) if s not in lost]
+
+
+def test_a_note_that_resolves_a_question_still_resolves_it_after_salvage(
+        tmp_path: Path) -> None:
+    """Salvage renumbers the frames it keeps: a note's ``resolves`` must follow them."""
+    with ContextStore.open(tmp_path) as s:
+        tid = s.tasks.create("t").id
+        q = s.tasks.note(tid, "question", {"text": "which?"}).last_seq
+        for i in range(10):
+            s.put({"target": "t", "summary": f"entry {i}"})
+        s.tasks.note(tid, "decision", {"text": "this", "resolves": q})
+        assert s.tasks.record(tid).open_questions == ()  # type: ignore[union-attr]
+    seg = sorted((tmp_path / ".ctxledger" / "log").glob("*.seg"))[0]
+    flip(seg, seg.read_bytes().index(b"entry 5"))
+    res = CliRunner().invoke(ctxledger, ["salvage", "--root", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["lost_events"] == 1
+    with ContextStore.open(tmp_path) as s:
+        rec = s.tasks.record(tid)
+        assert rec is not None and rec.open_questions == ()
+        assert rec.questions[0]["resolved_by"] == rec.decisions[0]["seq"]
