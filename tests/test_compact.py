@@ -755,3 +755,24 @@ def test_a_note_that_resolves_a_question_still_resolves_it_after_compaction(
             qs = [q["seq"] for q in rec.questions]
             assert [q["resolved_by"] for q in rec.questions] == [qs[1] + 1, qs[1] + 2]
             s.rebuild()
+
+
+@pytest.mark.parametrize("kind", ["ledger.compacted", "ledger.salvaged"])
+def test_a_generation_marker_cannot_be_appended(tmp_path: Path, kind: str) -> None:
+    """Markers are written only as a generation's first event: one appended mid-log
+    verified, then made every view fail for good (NewGeneration, folded three times)."""
+    from eventstore import InvalidEventError
+
+    for log in (None, MemoryLog()):
+        root = tmp_path / ("mem" if log else "file")
+        with ContextStore.open(root, log=log) as s:
+            s.put({"target": "a", "summary": "b"})
+            with pytest.raises(InvalidEventError, match="reserved"):
+                s.ledger.append([Event(kind, None, {"old_head": 1})])
+            s.put({"target": "c", "summary": "d"})
+            assert s.ledger.head == 2
+    with ContextStore.open(tmp_path / "file") as s:
+        assert len(s.list()) == 2
+    from eventstore.event import RESERVED_KINDS
+    from eventstore.generation import MARKERS
+    assert MARKERS == RESERVED_KINDS
