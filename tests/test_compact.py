@@ -776,3 +776,13 @@ def test_a_generation_marker_cannot_be_appended(tmp_path: Path, kind: str) -> No
     from eventstore.event import RESERVED_KINDS
     from eventstore.generation import MARKERS
     assert MARKERS == RESERVED_KINDS
+
+
+def test_log_append_refuses_a_generation_marker_in_one_line(tmp_path: Path) -> None:
+    run = CliRunner().invoke
+    assert run(ctxledger, ["init", "--root", str(tmp_path)]).exit_code == 0
+    res = run(ctxledger, ["log", "append", "--root", str(tmp_path),
+                          "--kind", "ledger.compacted", "--data", "{}"])
+    assert res.exit_code == 1 and "reserved" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert run(ctxledger, ["store", "list", "--root", str(tmp_path)]).exit_code == 0
