@@ -441,9 +441,19 @@ class Ledger:
                     if progress is not None:
                         progress(1)
                 start_seq, start_digest = 1, GENESIS_DIGEST
-                if gen:
-                    hdr = read_header(segs[0][1], contents[0][1])
-                    start_seq, start_digest = hdr.base_seq, hdr.prev_digest
+                first_base = segs[0][0] if segs else 1
+                anchors0 = read_anchors(self.log_dir, first_base) if first_base > 1 else b""
+                if gen or anchors0:
+                    try:
+                        hdr = read_header(segs[0][1], contents[0][1])
+                        start_seq, start_digest = hdr.base_seq, hdr.prev_digest
+                    except CorruptLogError:
+                        # a generation start whose header is damaged: its name says where
+                        # it starts, its anchors file's last entry the digest before it
+                        if len(anchors0) < ANCHOR_ENTRY.size:
+                            raise
+                        start_seq, start_digest = first_base, anchors0[-32:]
+                    gen = True
                 found = salvage_scan(contents, start_seq, start_digest)
                 if not found.lost and not found.damaged:
                     return SalvageReport(found, False)

@@ -207,3 +207,35 @@ def test_a_note_that_resolves_a_question_still_resolves_it_after_salvage(
         rec = s.tasks.record(tid)
         assert rec is not None and rec.open_questions == ()
         assert rec.questions[0]["resolved_by"] == rec.decisions[0]["seq"]
+
+
+def test_a_damaged_generation_start_header_loses_no_seq_before_the_cut(
+        tmp_path: Path) -> None:
+    """The seqs before a compaction's cut are gone by design, not lost: with the header of
+    the generation's first segment damaged, salvage still starts at that generation
+    (its anchors file gives the digest before it) and keeps its anchors."""
+    from eventstore import check_anchor, head_anchor
+    from projections.compaction import compact
+
+    d = tmp_path / "log"
+    make(d)
+    with Ledger.open(d) as led:
+        led.append([Event("a.b", "k0", {"i": 99})])  # supersedes nothing the plan keeps...
+        before = head_anchor(led)
+        plan_head = led.head
+    with Ledger.open(d, segment_bytes=4096) as led:
+        # ...so drop something: re-put a key as a cache.put pair the plan supersedes
+        led.append([Event("cache.put", "00" * 32, {"bytes": 1, "packet": {"target": "t"}})])
+        led.append([Event("cache.put", "00" * 32, {"bytes": 1, "packet": {"target": "t"}})])
+        assert compact(led).compacted
+        base = led.base
+        kept = kept_data(led)
+    assert base > plan_head
+    seg = d / f"{base:020d}.seg"
+    flip(seg, 20)  # inside the segment header
+    with Ledger.open(d) as led:
+        rep = led.salvage()
+        assert rep.salvaged and rep.scan.lost == [] and rep.scan.damaged == [seg.name]
+        assert kept_data(led) == kept
+        assert led.verify().ok
+        assert check_anchor(led, before) is None
