@@ -38,6 +38,7 @@ from .export import Imported, export_lines
 from .frame import GENESIS_DIGEST
 from .generation import (
     ANCHOR_ENTRY,
+    MARKERS,
     RawRows,
     Written,
     anchor_digest,
@@ -481,15 +482,22 @@ class Ledger:
                     "kept_events": sum(len(b.rows) for b in found.batches),
                     "quarantined": quarantined, "salvaged_at": clock(),
                 }
+                # the old generation's own marker is not copied: the new marker and
+                # anchors file cover it, and one mid-log would read as a cut
+                copied: list[RawRows] = []
                 new_seq: dict[int, int] = {}
                 for b in found.batches:
-                    for i in range(len(b.rows)):
-                        new_seq[b.first_seq + i] = base + 1 + len(new_seq)
+                    kept = [(b.first_seq + i, r) for i, r in enumerate(b.rows)
+                            if not _is_marker(r)]
+                    for s, _r in kept:
+                        new_seq[s] = base + 1 + len(new_seq)
+                    if kept:
+                        copied.append((b.at, b.batch_id, [r for _s, r in kept]))
 
-                def rows(b: RawBatch) -> list[bytes]:
+                def rows(rs: list[bytes]) -> list[bytes]:
                     if rewrite is None:
-                        return list(b.rows)
-                    return [rewrite(r, new_seq) for r in b.rows]
+                        return rs
+                    return [rewrite(r, new_seq) for r in rs]
 
                 at = found.batches[0].at if found.batches else clock()
                 first = (at, None, [cbor2.dumps([SALVAGED, None, marker])])
@@ -498,8 +506,7 @@ class Ledger:
                 try:
                     written = write_generation(
                         self.log_dir, base, found.head_digest, self.segment_bytes,
-                        chain([first], ((b.at, b.batch_id, rows(b))
-                                        for b in found.batches)),
+                        chain([first], ((at_, bid, rows(rs)) for at_, bid, rs in copied)),
                         anchors,
                     )
                     seal_segment(seal_fd, len(contents[-1][1]) if contents else 0, base)
@@ -656,3 +663,15 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.log_dir)!r}, head={self._tip.head})"
+
+
+def _is_marker(row: bytes) -> bool:
+    """Is ``row`` (an event's stored CBOR) a generation marker (``ledger.compacted``/
+    ``ledger.salvaged``)?"""
+    if b"ledger." not in row[:24]:
+        return False
+    try:
+        obj = cbor2.loads(row)
+    except Exception:
+        return False
+    return type(obj) is list and bool(obj) and obj[0] in MARKERS

@@ -236,6 +236,29 @@ def test_a_damaged_generation_start_header_loses_no_seq_before_the_cut(
     with Ledger.open(d) as led:
         rep = led.salvage()
         assert rep.salvaged and rep.scan.lost == [] and rep.scan.damaged == [seg.name]
-        assert kept_data(led) == kept
+        assert kept_data(led) == kept[1:]  # the old ledger.compacted is not copied
         assert led.verify().ok
         assert check_anchor(led, before) is None
+
+
+def test_salvage_of_a_compacted_store_leaves_views_that_answer(tmp_path: Path) -> None:
+    """Salvage must not copy the old generation's ledger.compacted into the middle of the
+    new one: the views met a cut that was not there and failed for good."""
+    from projections.compaction import compact
+
+    with ContextStore.open(tmp_path) as s:
+        for i in range(6):
+            s.put({"target": f"t{i % 3}", "summary": f"entry {i % 3}"})
+        assert compact(s.ledger).compacted
+        s.put({"target": "ta", "summary": "after"})
+        want = sorted(e.target for e in s.list())
+    seg = sorted((tmp_path / ".ctxledger" / "log").glob("*.seg"))[-1]
+    flip(seg, seg.read_bytes().index(b"entry 1"))
+    run = CliRunner().invoke
+    res = run(ctxledger, ["salvage", "--root", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["lost_events"] == 1
+    listed = run(ctxledger, ["store", "list", "--root", str(tmp_path), "--json"])
+    assert listed.exit_code == 0, listed.output
+    with ContextStore.open(tmp_path) as s:
+        assert sorted(e.target for e in s.list()) == [x for x in want if x != "t1"]
