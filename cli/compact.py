@@ -69,10 +69,11 @@ def salvage(ctx: Ctx) -> None:
     A log that verifies is left alone. Take a copy of the store first.
     """
     from eventstore.segments import list_segments
+    from projections.compaction import renumber_row
 
     led = ctx.ledger(write=True)
     with progress_bar(ctx, len(list_segments(ctx.log_dir)), "salvaging") as bar:
-        report = led.salvage(progress=bar)
+        report = led.salvage(progress=bar, rewrite=renumber_row)
     ctx.emit(report.to_json(), human=_salvage_human)
 
 

@@ -75,6 +75,9 @@ MAX_DATA_DEPTH = 200
 
 _SCALARS = frozenset({str, int, float, bool, type(None), bytes})
 _KINDS_OK: set[str] = set()  # kinds that passed KIND_RE (a cache: kinds repeat)
+RESERVED_KINDS = frozenset({"ledger.compacted", "ledger.salvaged"})
+"""Written only by compaction and salvage, as a generation's first event (format.md §12):
+one appended mid-log would read as a cut that is not there."""
 def _too_deep() -> InvalidEventError:
     return InvalidEventError(
         f"event data nests deeper than {MAX_DATA_DEPTH} levels of maps and arrays"
@@ -150,6 +153,10 @@ def _check(event: object) -> bool:
         if not KIND_RE.fullmatch(kind):
             raise InvalidEventError(
                 f"invalid event kind {kind!r}: use dotted words of letters, digits, '_' or '-'"
+            )
+        if kind in RESERVED_KINDS:
+            raise InvalidEventError(
+                f"event kind {kind!r} is reserved: only compaction and salvage write it"
             )
         if type(kind) is str:
             if len(_KINDS_OK) >= 4096:

@@ -186,6 +186,8 @@ def check_import(f: IO[bytes], limit: int = MAX_LINE_BYTES) -> Imported:
             if seq != 1 and dec[0] not in MARKERS:
                 raise ImportRefusedError(n, f"the file starts at seq {seq}: only a whole log (from "
                                    "seq 1, or from a compaction's ledger.compacted) imports")
+        if n > 1 and dec[0] in MARKERS:
+            raise ImportRefusedError(n, f"{dec[0]} is only ever a generation's first event")
         if seq != expect:
             raise ImportRefusedError(
                 n, f"seq {seq} where {expect} was expected (a gap, or a filtered export: "

@@ -8,8 +8,9 @@ header marked as a generation start (format.md §12). Its first event,
 older generation, so an anchor taken before the cut still verifies.
 
 The commit point is one rename: the new generation's only segment is written
-whole to ``<base>.seg.tmp`` and fsynced, its anchors file before it, then the
-rename makes it ``<base>.seg`` and the directory is fsynced. Before the
+whole to ``<base>.seg.tmp`` and fsynced, its anchors file before it (renamed
+into place and the directory fsynced), then the rename makes it ``<base>.seg``
+and the directory is fsynced. Before the
 rename the old generation is the log; after it the new one (readers take the
 newest generation start). Old segments are removed only after that, and a
 crash before they are gone leaves left-overs that nothing reads and the next
@@ -200,6 +201,9 @@ def write_generation(
     try:
         if anchors is not None:
             _durable_file(log_dir / anchors_name(base), anchors)
+            # its name durable before the segment's rename can be: a power cut may keep
+            # either rename of one directory, and the generation needs its anchors file
+            _osio.fsync_dir(log_dir)
         try:
             os.unlink(tmp)
         except FileNotFoundError:

@@ -13,7 +13,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,6 +38,7 @@ from .export import Imported, export_lines
 from .frame import GENESIS_DIGEST
 from .generation import (
     ANCHOR_ENTRY,
+    MARKERS,
     RawRows,
     Written,
     anchor_digest,
@@ -416,13 +417,16 @@ class Ledger:
     def salvage(
         self, clock: Callable[[], float] = time.time,
         progress: Callable[[int], None] | None = None,
+        rewrite: Callable[[bytes, Mapping[int, int]], bytes] | None = None,
     ) -> SalvageReport:
         """Repair mid-log corruption: keep every frame that checks out (salvage.py) in a
         new generation starting past the highest seq seen, whose first event
         ``ledger.salvaged`` lists the lost seq ranges; copy each damaged segment to
         ``quarantine/`` first (never deleted before its copy is synced). A log with
         nothing lost and nothing damaged is left as it is (``salvaged`` false).
-        ``progress`` hears of each segment read."""
+        ``progress`` hears of each segment read. The kept events are renumbered (the
+        new generation starts past every seq seen); ``rewrite(row, new_seq)`` may
+        change a row that names other events by seq (``new_seq``: old seq -> new)."""
         with self._mutex:
             if self._closed:
                 raise LedgerClosedError("ledger is closed")
@@ -438,9 +442,19 @@ class Ledger:
                     if progress is not None:
                         progress(1)
                 start_seq, start_digest = 1, GENESIS_DIGEST
-                if gen:
-                    hdr = read_header(segs[0][1], contents[0][1])
-                    start_seq, start_digest = hdr.base_seq, hdr.prev_digest
+                first_base = segs[0][0] if segs else 1
+                anchors0 = read_anchors(self.log_dir, first_base) if first_base > 1 else b""
+                if gen or anchors0:
+                    try:
+                        hdr = read_header(segs[0][1], contents[0][1])
+                        start_seq, start_digest = hdr.base_seq, hdr.prev_digest
+                    except CorruptLogError:
+                        # a generation start whose header is damaged: its name says where
+                        # it starts, its anchors file's last entry the digest before it
+                        if len(anchors0) < ANCHOR_ENTRY.size:
+                            raise
+                        start_seq, start_digest = first_base, anchors0[-32:]
+                    gen = True
                 found = salvage_scan(contents, start_seq, start_digest)
                 if not found.lost and not found.damaged:
                     return SalvageReport(found, False)
@@ -468,6 +482,23 @@ class Ledger:
                     "kept_events": sum(len(b.rows) for b in found.batches),
                     "quarantined": quarantined, "salvaged_at": clock(),
                 }
+                # the old generation's own marker is not copied: the new marker and
+                # anchors file cover it, and one mid-log would read as a cut
+                copied: list[RawRows] = []
+                new_seq: dict[int, int] = {}
+                for b in found.batches:
+                    kept = [(b.first_seq + i, r) for i, r in enumerate(b.rows)
+                            if not _is_marker(r)]
+                    for s, _r in kept:
+                        new_seq[s] = base + 1 + len(new_seq)
+                    if kept:
+                        copied.append((b.at, b.batch_id, [r for _s, r in kept]))
+
+                def rows(rs: list[bytes]) -> list[bytes]:
+                    if rewrite is None:
+                        return rs
+                    return [rewrite(r, new_seq) for r in rs]
+
                 at = found.batches[0].at if found.batches else clock()
                 first = (at, None, [cbor2.dumps([SALVAGED, None, marker])])
                 self._announce_generation(lock, base)
@@ -475,8 +506,7 @@ class Ledger:
                 try:
                     written = write_generation(
                         self.log_dir, base, found.head_digest, self.segment_bytes,
-                        chain([first], ((b.at, b.batch_id, list(b.rows))
-                                        for b in found.batches)),
+                        chain([first], ((at_, bid, rows(rs)) for at_, bid, rs in copied)),
                         anchors,
                     )
                     seal_segment(seal_fd, len(contents[-1][1]) if contents else 0, base)
@@ -633,3 +663,15 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"Ledger({str(self.log_dir)!r}, head={self._tip.head})"
+
+
+def _is_marker(row: bytes) -> bool:
+    """Is ``row`` (an event's stored CBOR) a generation marker (``ledger.compacted``/
+    ``ledger.salvaged``)?"""
+    if b"ledger." not in row[:24]:
+        return False
+    try:
+        obj = cbor2.loads(row)
+    except Exception:
+        return False
+    return type(obj) is list and bool(obj) and obj[0] in MARKERS

@@ -26,18 +26,20 @@ every project's needs are kept.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import cbor2
 
 from eventstore import Event, HeadMismatchError, Ledger
+from eventstore.frame import encode_row
 from eventstore.generation import MARKERS, RawRows
 from eventstore.records import RawBatch
 
 from .cache import EVICTED, FILES, PUT, CacheState
 from .calibration import MAX_SAMPLES, SAMPLE, data_error
+from .tasks import NOTE, resolved_seqs
 
 Progress = Callable[[int], None]
 
@@ -165,11 +167,45 @@ def plan_compaction(batches: Iterable[RawBatch], progress: Progress | None = Non
 
 
 def kept_batches(plan: Plan, batches: Iterable[RawBatch]) -> Iterator[RawRows]:
-    """The kept events, batch by batch as they were, each with its ``at`` and id."""
+    """The kept events, batch by batch as they were, each with its ``at`` and id.
+
+    The new generation renumbers them (its marker is ``head + 1``, the kept events
+    follow in order), so a ``task.note``'s ``resolves`` (seqs of earlier questions)
+    is rewritten to the new seqs of the events it names; every other row is copied
+    byte for byte."""
+    new_seq = {s: plan.head + 2 + i for i, s in enumerate(sorted(plan.keep))}
     for b in batches:
-        rows = [r for i, r in enumerate(b.rows) if b.first_seq + i in plan.keep]
+        rows = [renumber_row(r, new_seq) for i, r in enumerate(b.rows)
+                if b.first_seq + i in plan.keep]
         if rows:
             yield b.at, b.batch_id, rows
+
+
+def renumber_row(row: bytes, new_seq: Mapping[int, int]) -> bytes:
+    """``row`` with the seqs its note's ``resolves`` names moved to ``new_seq`` (seqs
+    not kept stay as they were: they named no question before either). Compaction
+    and salvage (``Ledger.salvage(rewrite=...)``) both renumber what they keep."""
+    if NOTE.encode() not in row or b"resolves" not in row:
+        return row
+    try:
+        obj = cbor2.loads(row)
+    except Exception:
+        return row
+    if not (type(obj) is list and len(obj) == 3 and obj[0] == NOTE
+            and isinstance(obj[2], dict) and isinstance(obj[2].get("data"), dict)):
+        return row
+    body = obj[2]["data"]
+    wanted = body.get("resolves")
+    if resolved_seqs(wanted) is None:
+        return row
+    if isinstance(wanted, list):
+        moved: Any = [new_seq.get(v, v) for v in wanted]
+    else:
+        moved = new_seq.get(wanted, wanted)
+    if moved == wanted:
+        return row
+    body["resolves"] = moved
+    return encode_row(obj)
 
 
 @attrs.frozen

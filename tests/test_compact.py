@@ -732,3 +732,57 @@ def test_a_flush_after_a_compaction_removed_unsynced_segments(tmp_path: Path, wh
         led.flush()
     with Ledger.open(log_dir, readonly=True) as ro:
         assert ro.verify().ok and ro.head == r.last_seq
+
+
+def test_a_note_that_resolves_a_question_still_resolves_it_after_compaction(
+        tmp_path: Path) -> None:
+    """Compaction renumbers the events it keeps: a note's ``resolves`` (seqs of earlier
+    questions) must follow, or resolved questions come back open."""
+    with ContextStore.open(tmp_path) as s:
+        for i in range(6):  # superseded puts: something to drop before the task
+            s.put({"target": "t", "summary": "x", "n": i % 2})
+        tid = s.tasks.create("t").id
+        q1 = s.tasks.note(tid, "question", {"text": "which?"}).last_seq
+        q2 = s.tasks.note(tid, "question", {"text": "why?"}).last_seq
+        s.tasks.note(tid, "decision", {"text": "this", "resolves": q1})
+        s.tasks.note(tid, "evidence", {"text": "that", "resolves": [q2, 999]})
+        assert s.tasks.record(tid).open_questions == ()  # type: ignore[union-attr]
+        assert compact(s.ledger).compacted
+    for _ in range(2):  # the store that did it, then a fresh fold of the new generation
+        with ContextStore.open(tmp_path) as s:
+            rec = s.tasks.record(tid)
+            assert rec is not None and rec.open_questions == ()
+            qs = [q["seq"] for q in rec.questions]
+            assert [q["resolved_by"] for q in rec.questions] == [qs[1] + 1, qs[1] + 2]
+            s.rebuild()
+
+
+@pytest.mark.parametrize("kind", ["ledger.compacted", "ledger.salvaged"])
+def test_a_generation_marker_cannot_be_appended(tmp_path: Path, kind: str) -> None:
+    """Markers are written only as a generation's first event: one appended mid-log
+    verified, then made every view fail for good (NewGeneration, folded three times)."""
+    from eventstore import InvalidEventError
+
+    for log in (None, MemoryLog()):
+        root = tmp_path / ("mem" if log else "file")
+        with ContextStore.open(root, log=log) as s:
+            s.put({"target": "a", "summary": "b"})
+            with pytest.raises(InvalidEventError, match="reserved"):
+                s.ledger.append([Event(kind, None, {"old_head": 1})])
+            s.put({"target": "c", "summary": "d"})
+            assert s.ledger.head == 2
+    with ContextStore.open(tmp_path / "file") as s:
+        assert len(s.list()) == 2
+    from eventstore.event import RESERVED_KINDS
+    from eventstore.generation import MARKERS
+    assert MARKERS == RESERVED_KINDS
+
+
+def test_log_append_refuses_a_generation_marker_in_one_line(tmp_path: Path) -> None:
+    run = CliRunner().invoke
+    assert run(ctxledger, ["init", "--root", str(tmp_path)]).exit_code == 0
+    res = run(ctxledger, ["log", "append", "--root", str(tmp_path),
+                          "--kind", "ledger.compacted", "--data", "{}"])
+    assert res.exit_code == 1 and "reserved" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert run(ctxledger, ["store", "list", "--root", str(tmp_path)]).exit_code == 0

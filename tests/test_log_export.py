@@ -192,3 +192,21 @@ def test_export_and_import_commands(tmp_path: Path) -> None:
     assert again.stdout == out.stdout
     assert run(ctxledger, ["verify", "--root", str(b)]).exit_code == 0
     assert answers(b) == answers(a)
+
+
+def test_a_generation_marker_inside_the_file_is_refused() -> None:
+    """A marker is only ever a generation's first event; one mid-log (a crafted file
+    that chains) would make every view fail after the import."""
+    import cbor2
+
+    from eventstore.export import export_lines
+    from eventstore.frame import GENESIS_DIGEST
+    from eventstore.records import RawBatch
+
+    rows = [cbor2.dumps(["a.b", None, {"i": 1}]),
+            cbor2.dumps(["ledger.compacted", None, {"old_head": 1}]),
+            cbor2.dumps(["a.b", None, {"i": 3}])]
+    batches = [RawBatch(i + 1, 1.0 + i, None, (r,)) for i, r in enumerate(rows)]
+    text = "".join(line + "\n" for line in export_lines(batches, GENESIS_DIGEST))
+    with pytest.raises(ImportRefusedError, match="line 2"):
+        check_import(io.BytesIO(text.encode()))

@@ -186,3 +186,79 @@ def test_salvage_goes_above_an_empty_last_segment(tmp_path: Path) -> None:
         assert rep.salvaged and led.base == head + 2 and led.verify().ok
         lost = lost_seqs(rep.scan.lost)
         assert kept_data(led) == [x for s, x in enumerate(original, 1) if s not in lost]
+
+
+def test_a_note_that_resolves_a_question_still_resolves_it_after_salvage(
+        tmp_path: Path) -> None:
+    """Salvage renumbers the frames it keeps: a note's ``resolves`` must follow them."""
+    with ContextStore.open(tmp_path) as s:
+        tid = s.tasks.create("t").id
+        q = s.tasks.note(tid, "question", {"text": "which?"}).last_seq
+        for i in range(10):
+            s.put({"target": "t", "summary": f"entry {i}"})
+        s.tasks.note(tid, "decision", {"text": "this", "resolves": q})
+        assert s.tasks.record(tid).open_questions == ()  # type: ignore[union-attr]
+    seg = sorted((tmp_path / ".ctxledger" / "log").glob("*.seg"))[0]
+    flip(seg, seg.read_bytes().index(b"entry 5"))
+    res = CliRunner().invoke(ctxledger, ["salvage", "--root", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["lost_events"] == 1
+    with ContextStore.open(tmp_path) as s:
+        rec = s.tasks.record(tid)
+        assert rec is not None and rec.open_questions == ()
+        assert rec.questions[0]["resolved_by"] == rec.decisions[0]["seq"]
+
+
+def test_a_damaged_generation_start_header_loses_no_seq_before_the_cut(
+        tmp_path: Path) -> None:
+    """The seqs before a compaction's cut are gone by design, not lost: with the header of
+    the generation's first segment damaged, salvage still starts at that generation
+    (its anchors file gives the digest before it) and keeps its anchors."""
+    from eventstore import check_anchor, head_anchor
+    from projections.compaction import compact
+
+    d = tmp_path / "log"
+    make(d)
+    with Ledger.open(d) as led:
+        led.append([Event("a.b", "k0", {"i": 99})])  # supersedes nothing the plan keeps...
+        before = head_anchor(led)
+        plan_head = led.head
+    with Ledger.open(d, segment_bytes=4096) as led:
+        # ...so drop something: re-put a key as a cache.put pair the plan supersedes
+        led.append([Event("cache.put", "00" * 32, {"bytes": 1, "packet": {"target": "t"}})])
+        led.append([Event("cache.put", "00" * 32, {"bytes": 1, "packet": {"target": "t"}})])
+        assert compact(led).compacted
+        base = led.base
+        kept = kept_data(led)
+    assert base > plan_head
+    seg = d / f"{base:020d}.seg"
+    flip(seg, 20)  # inside the segment header
+    with Ledger.open(d) as led:
+        rep = led.salvage()
+        assert rep.salvaged and rep.scan.lost == [] and rep.scan.damaged == [seg.name]
+        assert kept_data(led) == kept[1:]  # the old ledger.compacted is not copied
+        assert led.verify().ok
+        assert check_anchor(led, before) is None
+
+
+def test_salvage_of_a_compacted_store_leaves_views_that_answer(tmp_path: Path) -> None:
+    """Salvage must not copy the old generation's ledger.compacted into the middle of the
+    new one: the views met a cut that was not there and failed for good."""
+    from projections.compaction import compact
+
+    with ContextStore.open(tmp_path) as s:
+        for i in range(6):
+            s.put({"target": f"t{i % 3}", "summary": f"entry {i % 3}"})
+        assert compact(s.ledger).compacted
+        s.put({"target": "ta", "summary": "after"})
+        want = sorted(e.target for e in s.list())
+    seg = sorted((tmp_path / ".ctxledger" / "log").glob("*.seg"))[-1]
+    flip(seg, seg.read_bytes().index(b"entry 1"))
+    run = CliRunner().invoke
+    res = run(ctxledger, ["salvage", "--root", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["lost_events"] == 1
+    listed = run(ctxledger, ["store", "list", "--root", str(tmp_path), "--json"])
+    assert listed.exit_code == 0, listed.output
+    with ContextStore.open(tmp_path) as s:
+        assert sorted(e.target for e in s.list()) == [x for x in want if x != "t1"]

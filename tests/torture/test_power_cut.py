@@ -200,3 +200,50 @@ def test_a_power_cut_loses_only_what_no_sync_covered(
             tally[f"outcome_{outcome}"] += 1
             tally["durable_acks_checked"] += img.n_durable
     tally["losses"] += 0
+
+
+class _All(random.Random):
+    """An rng for :meth:`PowerCut.image` ``"prefix"`` that keeps every change, whole."""
+
+    def randint(self, a: int, b: int) -> int:
+        return b
+
+    def random(self) -> float:
+        return 0.99
+
+
+def test_a_power_cut_after_the_commit_rename_finds_the_anchors_file(tmp_path: Path) -> None:
+    """The new generation's segment and its anchors file are renamed into place in one
+    directory; a power cut before the directory sync may keep either rename. The anchors
+    file must be in place (synced) before the segment's rename commits the generation,
+    or the new generation is in use without the file that proves its cut."""
+    from projections.compaction import compact
+
+    root = tmp_path / "s"
+    with ContextStore.open(root) as s:
+        for i in range(8):
+            s.put({"target": "t", "summary": "x", "n": i % 2})
+    sim = PowerCut(root)
+    img = tmp_path / "img"
+
+    def before() -> None:
+        committed = any(c[0] == "rename" and c[4].endswith(".seg") for c in sim.dir_changes)
+        if committed and not img.exists():
+            changes = sim.dir_changes
+            sim.dir_changes = [c for c in changes if ".anchors" not in c[2] + c[4]]
+            try:
+                sim.image(img, "prefix", _All())
+            finally:
+                sim.dir_changes = changes
+
+    mp = pytest.MonkeyPatch()
+    try:
+        sim.install(mp)
+        sim.before = before
+        with Ledger.open(root / ".ctxledger" / "log") as led:
+            assert compact(led).compacted
+    finally:
+        mp.undo()
+    assert img.exists()
+    with Ledger.open(img / ".ctxledger" / "log", readonly=True) as ro:
+        assert ro.verify().ok, ro.verify().problems
