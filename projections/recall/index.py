@@ -41,7 +41,7 @@ from .scoring import QueryState, resolve
 from .segment import assemble, empty_segment
 from .tokenize import tokenize
 from .types import RecallDoc, RecallHit
-from .views import ImpactOrders, Table
+from .views import ImpactOrders, Postings, Table
 
 
 class RecallIndex:
@@ -86,15 +86,15 @@ class RecallIndex:
         self._tabs = {t: Table.of(seg, t) for t in TABLES}
         self._imp = ImpactOrders.of(seg, "imp_", "imp_doc")  # big terms: doc ids
         self._mimp = ImpactOrders.of(seg, "mimp_", "mimp_pos")  # mid terms: positions
+        self._post = Postings.of(seg)
         self._mv = {k: mview(seg[k]) for k in (
-            "post_off", "post_doc", "post_tf", "term_ub", "est", "dv_off", "dv_val", "sum_off",
+            "est", "dv_off", "dv_val", "sum_off",
             "sum_blob", "key_bin", "tgtd_off", "tgtd_doc", "tg_off", "tg_code", "tg_val")}
         self._big = {int(t): b for b, t in enumerate(seg["big_tid"].tolist())}
         self._midmap = {int(t): m for m, t in enumerate(seg["mimp_tid"].tolist())}
         self._rows = seg["big_tf"].reshape(len(self._big), nb) if nb else \
             np.zeros((len(self._big), 0), np.uint8)
         self._rowmv = [mview(self._rows[b]) for b in range(len(self._big))]
-        self._ub_avgdl = float(seg["ub_avgdl"][0])
         self._vcache: dict[int, tuple[int, str]] = {}
         self._gcache: dict[tuple[int, int], Any] = {}  # impact groups (static per segment)
         self._lowvals: list[str] | None = None

@@ -16,6 +16,31 @@ from .arrays import HashTable, mview
 
 
 @attrs.frozen
+class Postings:
+    """The small terms' postings, sorted by doc: term ``tid``'s docs are
+    ``doc[off[tid]:off[tid+1]]`` with their tf's in ``tf``; ``ub[tid]`` bounds the
+    term's BM25 contribution (before idf) at the build's average length ``ub_avgdl``.
+
+    Arrays for numpy, memoryviews (``*_mv``) for scalar reads in Python loops."""
+
+    off: np.ndarray
+    doc: np.ndarray
+    tf: np.ndarray
+    ub: np.ndarray
+    ub_avgdl: float
+    off_mv: Any
+    doc_mv: Any
+    tf_mv: Any
+    ub_mv: Any
+
+    @classmethod
+    def of(cls, seg: dict[str, np.ndarray]) -> Postings:
+        off, doc, tf, ub = seg["post_off"], seg["post_doc"], seg["post_tf"], seg["term_ub"]
+        return cls(off, doc, tf, ub, float(seg["ub_avgdl"][0]), mview(off), mview(doc),
+                   mview(tf), mview(ub))
+
+
+@attrs.frozen
 class ImpactOrders:
     """The impact orders of one kind of term: big terms (doc ids) or mid terms
     (positions into their postings). Per term ``m``: entries ``off[m]:off[m+1]``,
