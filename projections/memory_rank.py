@@ -216,7 +216,7 @@ def search(
         return adj.bound(s, tier_max)
 
     def ranker(scope: str) -> Callable[[int], list[tuple[str, float]]]:
-        return lambda n: index.rank(attrs.evolve(q, limit=n, scope=scope))
+        return lambda n: index.rank(q.derived(limit=n, scope=scope))
 
     start = max(2 * limit, limit + 16) if first_n is None else first_n
     if limit == 0:

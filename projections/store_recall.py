@@ -95,7 +95,7 @@ class Recalling:
         assert isinstance(cstate, CacheState) and isinstance(mstate, memory_view.MemoryState)
         now = self.clock()
         hits = memory_rank.search(
-            rstate.index, mstate, cstate, attrs.evolve(q, live_after=now - self.config.ttl_seconds),
+            rstate.index, mstate, cstate, q.derived(live_after=now - self.config.ttl_seconds),
             scoring=memory_rank.Scoring(self.config.recall_tier_bonus,
                                         self.config.recall_tier_penalty,
                                         self.config.recall_recency_weight),

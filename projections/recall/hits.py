@@ -20,13 +20,13 @@ def fields(ix: RecallIndex, d: int) -> tuple[str, str, tuple[str, ...], tuple[st
         doc = ix._ddocs[d]
         return (doc.cache_key, doc.summary, doc.paths, doc.symbols, doc.tests,
                 doc.task_ids, doc.packet_types)
-    mv = ix._mv
-    so = mv["sum_off"]
-    summary = str(mv["sum_blob"][so[d] : so[d + 1]], "utf-8", "surrogatepass")
-    vo = mv["dv_off"]
+    docs = ix._docs
+    so = docs.sum_off
+    summary = str(docs.sum_blob[so[d] : so[d + 1]], "utf-8", "surrogatepass")
+    vo = docs.dv_off
     lists: list[list[str]] = [[], [], [], [], []]
     cache = ix._vcache
-    for g in mv["dv_val"][vo[d] : vo[d + 1]].tolist():
+    for g in docs.dv_val[vo[d] : vo[d + 1]].tolist():
         got = cache.get(g) or gvalue(ix, g)
         lists[got[0]].append(got[1])
     return (ix._key_of(d), summary, tuple(lists[0]), tuple(lists[1]), tuple(lists[2]),
@@ -55,7 +55,7 @@ def hit(ix: RecallIndex, d: int, score: float, matched: list[str] | None, q: Que
         reasons.append("test_match")
     if d in kd["task"] or (task_id and task_id.lower() in (k.lower() for k in task_ids)):
         reasons.append("task_match")
-    est = int(ix._est[d]) if d >= ix._nb else ix._mv["est"][d]
+    est = int(ix._est[d]) if d >= ix._nb else ix._docs.est[d]
     created = ix._created_mv[d]
     names = ix._tnames if ix._tnames is not None else ix._targets()[0]
     return RecallHit(

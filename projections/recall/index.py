@@ -41,7 +41,7 @@ from .scoring import QueryState, resolve
 from .segment import assemble, empty_segment
 from .tokenize import tokenize
 from .types import RecallDoc, RecallHit
-from .views import ImpactOrders, Table
+from .views import BaseDocs, ImpactOrders, Postings, Table, Targets, Trigrams
 
 
 class RecallIndex:
@@ -86,15 +86,15 @@ class RecallIndex:
         self._tabs = {t: Table.of(seg, t) for t in TABLES}
         self._imp = ImpactOrders.of(seg, "imp_", "imp_doc")  # big terms: doc ids
         self._mimp = ImpactOrders.of(seg, "mimp_", "mimp_pos")  # mid terms: positions
-        self._mv = {k: mview(seg[k]) for k in (
-            "post_off", "post_doc", "post_tf", "term_ub", "est", "dv_off", "dv_val", "sum_off",
-            "sum_blob", "key_bin", "tgtd_off", "tgtd_doc", "tg_off", "tg_code", "tg_val")}
+        self._post = Postings.of(seg)
+        self._docs = BaseDocs.of(seg)
+        self._tgts = Targets.of(seg)
+        self._tg = Trigrams.of(seg)
         self._big = {int(t): b for b, t in enumerate(seg["big_tid"].tolist())}
         self._midmap = {int(t): m for m, t in enumerate(seg["mimp_tid"].tolist())}
         self._rows = seg["big_tf"].reshape(len(self._big), nb) if nb else \
             np.zeros((len(self._big), 0), np.uint8)
         self._rowmv = [mview(self._rows[b]) for b in range(len(self._big))]
-        self._ub_avgdl = float(seg["ub_avgdl"][0])
         self._vcache: dict[int, tuple[int, str]] = {}
         self._gcache: dict[tuple[int, int], Any] = {}  # impact groups (static per segment)
         self._lowvals: list[str] | None = None
@@ -133,7 +133,7 @@ class RecallIndex:
 
     def _targets(self) -> tuple[list[str], dict[str, int]]:
         if self._tnames is None or self._tmap is None:
-            self._tnames = decode_strings(self._seg["tgt_blob"], self._seg["tgt_off"])
+            self._tnames = decode_strings(self._tgts.blob, self._tgts.off)
             self._tmap = {t: i for i, t in enumerate(self._tnames)}
         return self._tnames, self._tmap
 
@@ -151,7 +151,7 @@ class RecallIndex:
                 return -1
             if kb.hex() != cache_key:
                 return -1
-            h, mask, bins = kh.h, kh.mask, self._mv["key_bin"]
+            h, mask, bins = kh.h, kh.mask, self._docs.key_bin
             pos = crc32(kb) & mask
             while True:
                 i = h[pos]
@@ -538,10 +538,9 @@ class RecallIndex:
         if d >= self._nb:
             return self._ddocs[d].cache_key
         if self._keyhex:
-            return self._mv["key_bin"][32 * d : 32 * d + 32].hex()
-        seg = self._seg
-        return dec(seg["key_blob"][int(seg["key_off"][d]) : int(seg["key_off"][d + 1])]
-                     .tobytes())
+            return self._docs.key_bin[32 * d : 32 * d + 32].hex()
+        docs = self._docs
+        return dec(docs.key_blob[docs.key_off[d] : docs.key_off[d + 1]].tobytes())
 
 
 

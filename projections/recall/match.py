@@ -116,9 +116,7 @@ def sym_partial(ix: RecallIndex, w: str) -> tuple[list[tuple[int, int]], list[tu
                 base.append((v, lv))
     else:
         if ix._lowvals is None:
-            seg = ix._seg
-            ix._lowvals = [v.lower() for v in decode_strings(seg["sym_vblob"],
-                                                                 seg["sym_voff"])]
+            ix._lowvals = [v.lower() for v in decode_strings(*ix._tabs["sym"].values)]
         for v, low in enumerate(ix._lowvals):
             if w in low:
                 lv = sym_level(low, w, True)
@@ -140,8 +138,8 @@ def trigram_candidates(ix: RecallIndex, wb: bytes) -> list[int]:
     bisects, no numpy call. The rarest trigram's list is the start, narrowed by
     the next rarest lists while more than 8 candidates are left.
     """
-    mv, seg = ix._mv, ix._seg
-    code, off = mv["tg_code"], mv["tg_off"]
+    tg = ix._tg
+    code, off = tg.code, tg.off
     ncode = len(code)
     if not ncode:
         return []
@@ -154,9 +152,9 @@ def trigram_candidates(ix: RecallIndex, wb: bytes) -> list[int]:
             return []
         spans.append((off[p + 1] - off[p], p))
     spans.sort()
-    tv = mv["tg_val"]
+    tv = tg.val_mv
     p = spans[0][1]
-    cands: Any = seg["tg_val"][off[p] : off[p + 1]]
+    cands: Any = tg.val[off[p] : off[p + 1]]
     for _, p in spans[1:]:
         if len(cands) <= 8:
             break
@@ -169,7 +167,7 @@ def trigram_candidates(ix: RecallIndex, wb: bytes) -> list[int]:
                     keep.append(v)
             cands = keep
         else:  # sorted arrays: vectorised membership
-            L = seg["tg_val"][s0:e0]
+            L = tg.val[s0:e0]
             j = np.searchsorted(L, cands)
             np.minimum(j, len(L) - 1, out=j)
             cands = cands[L[j] == cands]
@@ -343,9 +341,10 @@ def target_docs(ix: RecallIndex, target: str) -> np.ndarray:
     _, tmap = ix._targets()
     parts = []
     t = tmap.get(target)
-    if t is not None and t < len(ix._seg["tgtd_off"]) - 1:
-        off = ix._mv["tgtd_off"]
-        parts.append(ix._seg["tgtd_doc"][off[t] : off[t + 1]].astype(np.int64))
+    tg = ix._tgts
+    if t is not None and t < len(tg.doc_off) - 1:
+        off = tg.doc_off
+        parts.append(tg.docs[off[t] : off[t + 1]].astype(np.int64))
     d = ix._dtgt.get(target)
     if d:
         parts.append(np.array(sorted(d), dtype=np.int64))

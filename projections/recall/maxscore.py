@@ -41,7 +41,7 @@ def postings_np(ix: RecallIndex, q: QueryState, ts: list[tuple[int, Term]], base
     D: list[np.ndarray] = []
     F: list[np.ndarray] = []
     idfs: list[float] = []  # per piece of D
-    pdoc, ptf = ix._seg["post_doc"], ix._seg["post_tf"]
+    pdoc, ptf = ix._post.doc, ix._post.tf
     for _, t in ts:
         if not base:
             pass
@@ -90,7 +90,7 @@ def impact_groups_of(ix: RecallIndex, t: Term) -> tuple[Any, Any, list[tuple[int
     """:func:`impact_groups` uncached."""
     if t.big >= 0:
         return ix._imp.entry, None, ix._imp.groups(t.big)
-    return ix._mimp.entry, ix._mv["post_doc"][t.s0 :], ix._mimp.groups(t.mid)
+    return ix._mimp.entry, ix._post.doc_mv[t.s0 :], ix._mimp.groups(t.mid)
 
 
 def units(ix: RecallIndex, q: QueryState) -> list[Unit]:
@@ -143,7 +143,7 @@ def unit_postings(ix: RecallIndex, q: QueryState, units: list[Unit]
         for tf, s0, e, _ in groups:
             if (tf == 1) == (u.kind == "lo") and e > s0:
                 x = arr[s0:e]
-                D.append(x if base is None else ix._seg["post_doc"][u.t.s0 + x.astype(
+                D.append(x if base is None else ix._post.doc[u.t.s0 + x.astype(
                     np.int64)])
                 F.append(np.full(e - s0, float(tf)))
                 J.append(np.full(e - s0, u.j, dtype=np.int64))
@@ -286,7 +286,7 @@ def walk(ix: RecallIndex, q: QueryState, t: Term, k: int, seen: Any, ok: Any, lo
     orders = ix._imp if t.big >= 0 else ix._mimp
     m = t.big if t.big >= 0 else t.mid
     imp = orders.entry
-    base = None if t.big >= 0 else ix._mv["post_doc"][t.s0 :]
+    base = None if t.big >= 0 else ix._post.doc_mv[t.s0 :]
     g0, g1 = orders.goff[m], orders.goff[m + 1]
     end = orders.off[m + 1]
     gtf, gst = orders.gtf, orders.gstart

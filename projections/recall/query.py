@@ -37,7 +37,14 @@ def _limit(value: Any) -> Any:
     return DEFAULT_LIMIT if value is None else value
 
 
-@attrs.frozen
+_DERIVABLE = frozenset({"limit", "scope", "live_after"})
+"""The fields :meth:`RecallQuery.derived` may change (the store's internal changes)."""
+
+
+# slots=False: a frozen dict class's generated __init__ writes its fields into the
+# instance dict instead of calling object.__setattr__ per field, and ``derived``
+# copies that dict; a query is made per call, so this is most of its cost.
+@attrs.frozen(slots=False)
 class RecallQuery:
     """One recall: the text, the engine's filters and scope, and the store's options.
 
@@ -82,13 +89,34 @@ class RecallQuery:
             raise ValueError(f"query is {len(text)} characters long; at most {MAX_QUERY_CHARS}")
         if self.scope != "global" and not self.task_id:
             raise ValueError(f"scope {self.scope} needs a task id")
-        toks = tuple(dict.fromkeys(tokenize(text))) if text else ()
+        toks = tuple(tokenize(text)) if text else ()
+        if len(toks) > 1:  # one token needs no de-duplication (the common short query)
+            toks = tuple(dict.fromkeys(toks))
         if len(toks) > MAX_QUERY_TERMS:
             raise ValueError(f"query has {len(toks)} distinct terms; at most {MAX_QUERY_TERMS}")
         if not toks and not self.has_filter:
             raise ValueError("empty query: give query text or at least one filter "
                              "(since, until, target, packet type, path, symbol, task scope)")
-        object.__setattr__(self, "tokens", toks)
+        self.__dict__["tokens"] = toks
+
+    def derived(self, **changes: Any) -> RecallQuery:
+        """This query with the store's own changes (``limit``, ``scope``, ``live_after``),
+        not validated again.
+
+        ``attrs.evolve`` would re-run every converter and check; the store and the
+        memory re-ranker derive from a query that was validated when it was made, and
+        only set a positive limit, the TTL's ``live_after``, or ``task-only``/``global``
+        for a ``task-first`` query (whose task id was checked). Equal to
+        ``attrs.evolve(self, **changes)`` for those (tests/test_recall_query.py).
+        """
+        if not changes.keys() <= _DERIVABLE:
+            raise TypeError(f"derived changes only {', '.join(sorted(_DERIVABLE))}, "
+                            f"not {', '.join(sorted(changes.keys() - _DERIVABLE))}")
+        new = object.__new__(RecallQuery)
+        d = new.__dict__
+        d.update(self.__dict__)
+        d.update(changes)
+        return new
 
     @property
     def has_filter(self) -> bool:

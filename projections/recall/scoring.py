@@ -110,7 +110,7 @@ def resolve(ix: RecallIndex, tok: str, q: QueryState, N: int) -> Term | None:
     tid = ix._terms.find(enc(tok))
     i0 = q.i0
     n_live = 0
-    mv = ix._mv
+    post = ix._post
     if tid >= 0:
         b = ix._big.get(tid)
         if b is not None:
@@ -126,18 +126,18 @@ def resolve(ix: RecallIndex, tok: str, q: QueryState, N: int) -> Term | None:
                 r = r[r >= i0]
                 n_live -= int(np.count_nonzero(ix._rows[b][r]))
         else:
-            s, e = mv["post_off"][tid], mv["post_off"][tid + 1]
+            s, e = post.off_mv[tid], post.off_mv[tid + 1]
             t.s0 = s
             t.mid = ix._midmap.get(tid, -1)
             if i0:
-                s = bisect_left(mv["post_doc"], i0, s, e)
+                s = bisect_left(post.doc_mv, i0, s, e)
             t.s, t.e = s, e
             t.df = n_live = e - s
             if ix._removed and e > s:
                 r = ix._removed_sorted()
                 r = r[r >= i0]
                 if len(r):
-                    P = ix._seg["post_doc"][s:e]
+                    P = post.doc[s:e]
                     j = np.minimum(np.searchsorted(P, r), len(P) - 1)
                     n_live -= int(np.count_nonzero(P[j] == r))
     if ix._dpost:
@@ -155,7 +155,7 @@ def resolve(ix: RecallIndex, tok: str, q: QueryState, N: int) -> Term | None:
     if tid >= 0 and t.df:
         # the stored bound is for the build's avgdl; a longer average only raises
         # the factor, by at most avgdl / build avgdl
-        t.ub = t.idf * mv["term_ub"][tid] * max(1.0, q.avgdl / ix._ub_avgdl) * (
+        t.ub = t.idf * post.ub_mv[tid] * max(1.0, q.avgdl / post.ub_avgdl) * (
             1.0 + 1e-6) + 1e-12
     return t
 
@@ -172,9 +172,9 @@ def tf_np(ix: RecallIndex, t: Term, D: np.ndarray, delta: bool = True) -> np.nda
         out[inb] = ix._rows[t.big][D[inb]]
     elif len(D) > constants.DENSE_PROBE and t.e - t.s > constants.DENSE_PROBE // 8:
         # many docs: scatter the term's tf's into a dense row, then gather
-        ptf = ix._seg["post_tf"]
+        ptf = ix._post.tf
         dense = np.zeros(nb, dtype=ptf.dtype)
-        dense[ix._seg["post_doc"][t.s : t.e]] = ptf[t.s : t.e]
+        dense[ix._post.doc[t.s : t.e]] = ptf[t.s : t.e]
         if int(D[-1]) < nb:
             out = dense[D].astype(np.int64)
         else:
@@ -184,11 +184,11 @@ def tf_np(ix: RecallIndex, t: Term, D: np.ndarray, delta: bool = True) -> np.nda
     else:
         out = np.zeros(len(D), dtype=np.int64)
         if t.e > t.s and len(D):
-            P = ix._seg["post_doc"][t.s : t.e]
+            P = ix._post.doc[t.s : t.e]
             j = P.searchsorted(D)
             np.minimum(j, len(P) - 1, out=j)
             hit = P[j] == D
-            out[hit] = ix._seg["post_tf"][t.s + j[hit]]
+            out[hit] = ix._post.tf[t.s + j[hit]]
     if delta and len(t.dd) and len(D):
         j = t.dd.searchsorted(D)
         np.minimum(j, len(t.dd) - 1, out=j)
@@ -206,10 +206,10 @@ def tf_py(ix: RecallIndex, t: Term, d: int) -> int:
         tf: int = ix._rowmv[t.big][d]
         return tf
     if t.e > t.s:
-        pd = ix._mv["post_doc"]
+        pd = ix._post.doc_mv
         j = bisect_left(pd, d, t.s, t.e)
         if j < t.e and pd[j] == d:
-            tf = ix._mv["post_tf"][j]
+            tf = ix._post.tf_mv[j]
             return tf
     return 0
 
@@ -229,7 +229,7 @@ def tf_matrix(ix: RecallIndex, q: QueryState, D: np.ndarray) -> np.ndarray:
     nbase = S if D[-1] < nb else int(D.searchsorted(nb))
     Db = D if nbase == S else D[:nbase]
     if nbase:
-        pdoc = ix._seg["post_doc"]
+        pdoc = ix._post.doc
         cols: list[int] = []
         small: list[Term] = []
         for j, t in enumerate(terms):
@@ -246,7 +246,7 @@ def tf_matrix(ix: RecallIndex, q: QueryState, D: np.ndarray) -> np.ndarray:
                 P[i] += t.s
                 ends[i, 0] = t.e - 1
             np.minimum(P, ends, out=P)
-            got = np.where(pdoc[P] == Db, ix._seg["post_tf"][P], 0)
+            got = np.where(pdoc[P] == Db, ix._post.tf[P], 0)
             if len(cols) == len(terms):
                 tfm[:nbase] = got.T
             else:

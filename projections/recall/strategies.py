@@ -68,7 +68,7 @@ def rank_multi(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | Non
         return None
     small = sorted((t for t in terms if t.big < 0 and t.e > t.s), key=attrgetter("df"))
     bound = sum(t.ub for t in terms if t.big >= 0)
-    pdoc = ix._seg["post_doc"]
+    pdoc = ix._post.doc
     full: list[np.ndarray] = []  # docs of the rarest terms, taken whole
     budget = constants.MULTI_WHOLE
     i = 0
@@ -123,7 +123,7 @@ def rank_pair(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | None
     ub = max(a.ub, b.ub)
     if not ub or min(a.ub, b.ub) < 0.25 * ub:
         return None
-    pdoc = ix._seg["post_doc"]
+    pdoc = ix._post.doc
     if a.big >= 0:
         Da = np.flatnonzero(ix._rows[a.big][q.i0 :])
         if q.i0:
@@ -186,7 +186,7 @@ def rank_tiny(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | None
               ) -> list[Any] | None:
     """All small terms have few postings: plain Python, big terms probed or walked."""
     ok = valid_fn(ix, q, exclude)
-    pd = ix._mv["post_doc"]
+    pd = ix._post.doc_mv
     cand: dict[int, None] = dict.fromkeys(q.boost)
     big = []
     for t in q.terms:
