@@ -218,17 +218,7 @@ def encode_rows(rows: list[list[Any]]) -> bytes:
     Each event is encoded on its own so its offset is known; the concatenation
     is exactly the CBOR array ``cbor2.dumps(rows)`` would give.
     """
-    enc = [cbor2.dumps(r, default=_encode_other) for r in rows]  # encode_row, inlined
-    offs = array("I", [0]) * len(enc)
-    pos = 0
-    for i, e in enumerate(enc):
-        offs[i] = pos
-        pos += len(e)
-    if pos > MAX_PAYLOAD:
-        raise ValueError(f"batch of {pos} bytes exceeds the {MAX_PAYLOAD}-byte frame limit")
-    if sys.byteorder != "little":
-        offs.byteswap()
-    return cbor2.dumps(offs.tobytes()) + _array_head(len(enc)) + b"".join(enc)
+    return encode_raw_rows([cbor2.dumps(r, default=_encode_other) for r in rows])
 
 
 def encode_raw_rows(rows: list[bytes]) -> bytes:

@@ -163,11 +163,7 @@ class Written:
 def _durable_file(path: Path, data: bytes) -> None:
     """``data`` at ``path`` by temp file, fsync, rename (the directory is synced later)."""
     tmp = path.with_name(path.name + ".tmp")
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = private.create_file(tmp, os.O_WRONLY | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
+    fd = private.create_temp(tmp, os.O_WRONLY)
     try:
         _osio.write_all(fd, data, 0)
         _osio.fsync(fd)
@@ -204,11 +200,7 @@ def write_generation(
             # its name durable before the segment's rename can be: a power cut may keep
             # either rename of one directory, and the generation needs its anchors file
             _osio.fsync_dir(log_dir)
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        fd = private.create_file(tmp, os.O_RDWR | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
+        fd = private.create_temp(tmp, os.O_RDWR)
         try:
             head = encode_segment_header(base, prev_digest, roll_bytes,
                                          generation_start=anchors is not None)

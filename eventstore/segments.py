@@ -219,14 +219,7 @@ def create_segment(
     final = log_dir / segment_name(base_seq)
     tmp = log_dir / (segment_name(base_seq) + ".tmp")
     try:
-        # a stale temp file (a writer killed here) goes first; then O_EXCL: a file or a
-        # symlink planted at the temp name meanwhile fails the call rather than being
-        # written through (we hold the writer lock, so no other writer is here)
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        fd = private.create_file(tmp, os.O_RDWR | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
+        fd = private.create_temp(tmp, os.O_RDWR)
         try:
             _osio.write_all(fd, encode_segment_header(base_seq, prev_digest, roll_bytes), 0)
             if sync:
