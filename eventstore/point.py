@@ -104,6 +104,9 @@ class PointReader:
                         continue
                     if found is not None:
                         return found
+                    # the index may have walked over a torn frame whose header looked whole
+                    # and that a writer has since cut and written over: build it afresh
+                    self._forget(seg)
                 return None
             except OSError as e:
                 raise LedgerIOError(f"cannot read {self.log_dir}: {e.strerror or e}") from e

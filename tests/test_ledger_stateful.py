@@ -231,3 +231,21 @@ LedgerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 TestLedgerStateful = LedgerMachine.TestCase
+
+
+def test_a_point_read_after_a_torn_frame_was_written_over() -> None:
+    """Found by the state machine: a reader indexed a torn frame whose header was whole
+    (more junk followed it); a writer then cut it and wrote a bigger frame there, and the
+    reader's point read of that frame's second event said None."""
+    m = LedgerMachine()
+    try:
+        m.open_handles(segment_bytes=4096, sync="none", n=2)
+        m.append(extra=[], h=0, n=1, tag=0, tick=0.0, with_id=False)
+        m.tear_the_tail(cut=57, junk=b"\x00", kind="torn frame")
+        m.tear_the_tail(cut=40, junk=b"\x00", kind="torn frame")
+        m.read_raw(h=1, seq=1)
+        m.append(extra=[], h=0, n=2, tag=0, tick=0.0, with_id=False)
+        m.read_raw(h=1, seq=3)
+        m.every_handle_sees_the_head()
+    finally:
+        m.teardown()
