@@ -8,7 +8,7 @@ import itertools
 import select
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -126,15 +126,22 @@ def log_head(ctx: Ctx) -> None:
     ctx.emit(a.to_json(), human=f"seq {a.seq} digest {a.digest.hex()}")
 
 
+
+def seq_range_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--from``/``--to``/``--kind``: the events `log show` prints and `log export` writes."""
+    fn = click.option("--kind", default=None, help="Only events of exactly this kind.")(fn)
+    fn = click.option("--to", "to_seq", type=SEQ, default=None,
+                      help="Last seq (default: the head).")(fn)
+    return click.option("--from", "from_seq", type=SEQ, default=1, show_default=True,
+                        help="First seq.")(fn)
+
 @examples(
     "ctxledger log show --from 100 --to 200",
     "ctxledger log show --kind task.created --limit 5 --json",
 )
 @log.command("show")
 @store_options
-@click.option("--from", "from_seq", type=SEQ, default=1, show_default=True, help="First seq.")
-@click.option("--to", "to_seq", type=SEQ, default=None, help="Last seq (default: the head).")
-@click.option("--kind", default=None, help="Only events of exactly this kind.")
+@seq_range_options
 @click.option("--key", default=None, help="Only events with exactly this key.")
 @click.option("--limit", type=COUNT, default=None, metavar="N", help="At most N events.")
 def log_show(
@@ -282,9 +289,7 @@ def _reader_gone() -> bool:
 )
 @log.command("export")
 @store_options
-@click.option("--from", "from_seq", type=SEQ, default=1, show_default=True, help="First seq.")
-@click.option("--to", "to_seq", type=SEQ, default=None, help="Last seq (default: the head).")
-@click.option("--kind", default=None, help="Only events of exactly this kind.")
+@seq_range_options
 def log_export(ctx: Ctx, from_seq: int, to_seq: int | None, kind: str | None) -> None:
     """Print the log as JSON Lines, one event a line, exactly enough to rebuild it.
 
