@@ -535,9 +535,9 @@ class TestMemoryLog(LedgerContract):
             log.append([ev(1)])
             log.append([Event("k", None, {"v": "aaaa"})])
             log.append([ev(3)])
-            frame = log._frames[1]
-            log._frames[1] = frame.replace(b"aaaa", b"aaab")
-            where = log._offsets[1]
+            frame = log._chain.frames[1]
+            log._chain.frames[1] = frame.replace(b"aaaa", b"aaab")
+            where = log._chain.offsets[1]
             assert [e.seq for e in log.read(1, 1)] == [1]
             with pytest.raises(CorruptLogError) as info:
                 list(log.read())
@@ -550,7 +550,7 @@ class TestMemoryLog(LedgerContract):
             ]
             raw = log.read_raw(2)
             assert raw is not None and raw.event().data == {"v": "aaab"}
-            log._frames[1] = frame[:20] + b"\xff" + frame[21:]  # the header's seqs
+            log._chain.frames[1] = frame[:20] + b"\xff" + frame[21:]  # the header's seqs
             with pytest.raises(CorruptLogError):
                 log.read_raw(2)
 
