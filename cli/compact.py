@@ -29,7 +29,7 @@ def compact(ctx: Ctx, dry_run: bool) -> None:
     """
     from projections.compaction import compact as compact_log
 
-    led = ctx.ledger(write=not dry_run)
+    led = ctx.file_ledger("compact", write=not dry_run)
     with progress_bar(ctx, led.head - led.base + 1, "compacting") as bar:
         report = compact_log(led, dry_run=dry_run, progress=bar)
     if report.compacted:  # the checkpoints predate the cut: write this store's afresh now
@@ -71,7 +71,7 @@ def salvage(ctx: Ctx) -> None:
     from eventstore.segments import list_segments
     from projections.compaction import renumber_row
 
-    led = ctx.ledger(write=True)
+    led = ctx.file_ledger("salvage", write=True)
     with progress_bar(ctx, len(list_segments(ctx.log_dir)), "salvaging") as bar:
         report = led.salvage(progress=bar, rewrite=renumber_row)
     ctx.emit(report.to_json(), human=_salvage_human)

@@ -88,17 +88,18 @@ def verify(ctx: Ctx, anchor: Anchor | None) -> None:
     from .progress import progress_bar
 
     led = ctx.ledger()
-    with progress_bar(ctx, len(list_segments(ctx.log_dir)), "verifying") as bar:
+    segments = len(list_segments(ctx.log_dir)) if ctx.log_choice.is_file else 0
+    with progress_bar(ctx, segments, "verifying") as bar:
         report, doc, why = verify_document(led, ctx.store_dir, anchor, bar)
     ctx.emit(doc, human=lambda _: _report_text(report, ctx, anchor, why))
     ctx.warn(doc["warnings"])
     if not report.ok:
         also = f"; anchor not confirmed: {why}" if why else ""
         raise click.ClickException(
-            f"{ctx.log_dir}: {len(report.problems)} problem(s) found{also}"
+            f"{ctx.log_name()}: {len(report.problems)} problem(s) found{also}"
         )
     if why:
-        raise click.ClickException(f"{ctx.log_dir}: anchor not confirmed: {why}")
+        raise click.ClickException(f"{ctx.log_name()}: anchor not confirmed: {why}")
 
 
 def verify_document(
@@ -132,7 +133,7 @@ def _report_text(r: VerifyReport, ctx: Ctx, anchor: Anchor | None, why: str | No
     summary += f", head seq {r.head_seq}"
     if r.base_seq > 1:
         summary += f" (generation from seq {r.base_seq})"
-    where = safe(str(ctx.log_dir))
+    where = safe(ctx.log_name())
     if r.ok:
         lines = [f"ok: {where}: {summary}"]
     else:

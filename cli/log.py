@@ -304,7 +304,8 @@ def log_export(ctx: Ctx, from_seq: int, to_seq: int | None, kind: str | None) ->
     from .progress import progress_bar, show_progress
 
     led = ctx.ledger()
-    total = led.head - max(from_seq, led.base) + 1 if show_progress(ctx) else 0
+    base = getattr(led, "base", 1)
+    total = led.head - max(from_seq, base) + 1 if show_progress(ctx) else 0
     out = sys.stdout
     with progress_bar(ctx, total, "exporting") as bar:
         for line in led.export_lines(from_seq, to_seq, kind):
@@ -331,7 +332,7 @@ def log_import(ctx: Ctx, file: str) -> None:
 
     from .progress import progress_bar
 
-    led = ctx.ledger(write=True)
+    led = ctx.file_ledger("log import", write=True)
     with open(file, "rb") as f:
         imported = check_import(f)
     n = sum(len(b.rows) for b in imported.batches)

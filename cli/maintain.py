@@ -28,7 +28,7 @@ def replay(ctx: Ctx, until: int | float | None) -> None:
     """
     head = ctx.ledger().head
     with progress_bar(ctx, head, "replaying") as bar, naming("--until"):
-        report = replay_log(ctx.root, until, progress=bar, storage_scope=ctx.storage_scope)
+        report = replay_log(ctx.root, until, progress=bar, **ctx.store_options())
     ctx.emit(report)
 
 

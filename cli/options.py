@@ -44,9 +44,12 @@ STORE_DIR = ".ctxledger"
 ROOT_ENV = "CTXLEDGER_ROOT"
 _ROOT_META, _JSON_META = "ctxledger.root", "ctxledger.json"  # set by a group's options
 _SCOPE_META = "ctxledger.storage_scope"
+_BACKEND_META, _SERVERS_META = "ctxledger.backend", "ctxledger.servers"
 SCOPE_CHOICES = ("project", "agent")
 
 if TYPE_CHECKING:
+    from eventstore import LogBackend
+    from projections.logs import LogChoice
     from projections.scope import Layout
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,7 +65,10 @@ class Ctx:
     json: bool = False
     root_given: bool = False  # --root (at any level) or $CTXLEDGER_ROOT chose the root
     storage_scope: str | None = None  # --storage-scope, if given
+    backend: str | None = None  # --backend, if given
+    servers: tuple[str, ...] = ()  # --servers, if given
     _layout: Layout | None = None
+    _choice: LogChoice | None = None
     json_mode: str | None = None
     """With :func:`json_modes`: the ``--json=MODE`` asked for (None without --json)."""
 
@@ -72,10 +78,28 @@ class Ctx:
     def layout(self) -> Layout:
         """Which store is in force for the root, and why (project or agent scope)."""
         if self._layout is None:
+            from projections.logs import log_choice
             from projections.storedir import open_layout  # config files are read here, once
 
-            self._layout = open_layout(self.root, storage_scope=self.storage_scope)[0]
+            self._layout, cfg = open_layout(self.root, storage_scope=self.storage_scope)
+            try:
+                self._choice = log_choice(self._layout, cfg, backend=self.backend,
+                                          servers=self.servers)
+            except ValueError as e:
+                raise click.UsageError(str(e)) from None
         return self._layout
+
+    @property
+    def log_choice(self) -> LogChoice:
+        """The log backend in force: config ``[storage] backend``, or ``--backend``."""
+        self.layout  # noqa: B018 - settles the choice with the layout
+        assert self._choice is not None
+        return self._choice
+
+    def store_options(self) -> dict[str, Any]:
+        """What :meth:`ContextStore.open` and ``replay`` take from the command line."""
+        return {"storage_scope": self.storage_scope, "backend": self.backend,
+                "servers": self.servers}
 
     @property
     def store_dir(self) -> Path:
@@ -95,21 +119,40 @@ class Ctx:
         return self.layout.artifacts_dir
 
     def require_store(self) -> None:
-        """Fail with one clear line unless ``ctxledger init`` has run at this root."""
+        """Fail with one clear line unless ``ctxledger init`` has run at this root (for a
+        JetStream log, opening it says whether its stream exists)."""
         from projections.storedir import require_store
 
-        require_store(self.layout)
+        if self.log_choice.is_file:
+            require_store(self.layout)
 
     # --- resources ------------------------------------------------------------------
 
-    def ledger(self, *, write: bool = False) -> Ledger:
-        """The project log, closed when the command ends.
+    def ledger(self, *, write: bool = False) -> LogBackend:
+        """The project log, whichever backend it is, closed when the command ends.
 
-        Readonly unless ``write``: a read command never creates or changes a file.
-        Either way the store must exist; only ``init`` creates one.
+        Readonly unless ``write``: a read command never creates or changes a file
+        (or a stream). Either way the store must exist; only ``init`` creates one.
         """
+        from projections.logs import open_log
+
+        self.require_store()
+        return self.managed(open_log(self.layout, self.log_choice, readonly=not write))
+
+    def file_ledger(self, what: str, *, write: bool = False) -> Ledger:
+        """The project's file log, for the commands that work on files (``what``)."""
+        choice = self.log_choice
+        if not choice.is_file:
+            raise click.ClickException(
+                f"{what} works on the file log; this store's log is the {choice.backend} "
+                f"stream {choice.stream!r} (see `ctxledger log mirror`)")
         self.require_store()
         return self.managed(Ledger.open(self.log_dir, readonly=not write))
+
+    def log_name(self) -> str:
+        """Where the log is, for messages: its directory, or its stream."""
+        choice = self.log_choice
+        return str(self.log_dir) if choice.is_file else f"{choice.backend} stream {choice.stream}"
 
     def managed(self, resource: T) -> T:
         """Close ``resource`` (anything with ``close()`` or a context manager) at command end."""
@@ -175,6 +218,34 @@ _SCOPE_HELP = (
 )
 
 
+_BACKEND_HELP = ("Where the log lives: file (ROOT/.ctxledger/log/) or jetstream (a NATS "
+                 "JetStream stream, shared by machines). Default: [storage] backend in config, "
+                 "else file.")
+_SERVERS_HELP = ("NATS server URL for --backend jetstream (repeat it, or separate URLs with "
+                 "commas). Default: [storage] servers in config.")
+
+
+def _backend_options(*, group: bool = False) -> Callable[[F], F]:
+    """``--backend`` and ``--servers``; on a group, remembered for every command below."""
+    tail = " (For every command below.)" if group else ""
+
+    def kw(meta: str) -> dict[str, Any]:
+        return {"expose_value": False, "callback": _remember(meta)} if group else {}
+
+    def add(f: F) -> F:
+        f = click.option("--servers", multiple=True, metavar="URL", help=_SERVERS_HELP + tail,
+                         **kw(_SERVERS_META))(f)
+        return click.option("--backend", type=click.Choice(("file", "jetstream")),
+                            default=None, help=_BACKEND_HELP + tail, **kw(_BACKEND_META))(f)
+
+    return add
+
+
+def split_servers(values: Iterable[str]) -> tuple[str, ...]:
+    """``--servers a --servers b,c`` -> (a, b, c)."""
+    return tuple(u.strip() for v in values for u in v.split(",") if u.strip())
+
+
 def _scope_option(**kw: Any) -> Callable[[F], F]:
     return click.option(
         "--storage-scope", type=click.Choice(SCOPE_CHOICES), default=None, **kw
@@ -215,12 +286,13 @@ def _with_store_options(f: F, modes: tuple[str, ...], json_help: str = _JSON_HEL
     )
 
     @json_option
+    @_backend_options()
     @_scope_option(help=_SCOPE_HELP)
     @_root_option(help=_ROOT_HELP)
     @functools.wraps(f)
     def command(
         *args: Any, root: Path | None, as_json: bool | str | None, storage_scope: str | None,
-        **kwargs: Any,
+        backend: str | None, servers: tuple[str, ...], **kwargs: Any,
     ) -> Any:
         cctx = click.get_current_context()
         check_text_arguments(cctx, kwargs)
@@ -231,8 +303,10 @@ def _with_store_options(f: F, modes: tuple[str, ...], json_help: str = _JSON_HEL
             as_json = modes[0] if modes else True
         mode = as_json if isinstance(as_json, str) else None
         scope = storage_scope or cctx.meta.get(_SCOPE_META)
-        return f(Ctx(resolve_root(root), bool(as_json), given, scope, json_mode=mode),
-                 *args, **kwargs)
+        backend = backend or cctx.meta.get(_BACKEND_META)
+        urls = split_servers(servers or cctx.meta.get(_SERVERS_META, ()))
+        return f(Ctx(resolve_root(root), bool(as_json), given, scope, backend, urls,
+                     json_mode=mode), *args, **kwargs)
 
     return command  # type: ignore[return-value]
 
@@ -255,6 +329,7 @@ def group_options(f: F) -> F:
         expose_value=False, callback=_remember(_SCOPE_META),
         help=f"{_SCOPE_HELP} (For every command below.)",
     )(f)
+    f = _backend_options(group=True)(f)
     return _root_option(
         expose_value=False, callback=_remember(_ROOT_META),
         help=f"{_ROOT_HELP} (For every command below.)",

@@ -22,9 +22,23 @@ def storage(ctx: Ctx) -> None:
     """
     from projections.storage import storage_report
 
-    doc = storage_report(ctx.root, storage_scope=ctx.storage_scope)
+    doc = storage_report(ctx.root, **ctx.store_options())
     ctx.warn(doc["warnings"])
     ctx.emit(doc, human=_human)
+
+
+def _stream_lines(name: str, log: dict[str, Any]) -> list[str]:
+    where = f"{log['backend']} stream {log['stream']} on {', '.join(log['servers'])}"
+    if not log["exists"]:
+        return [f"{name} log: {safe(where)} (not created yet)"]
+    peers = ", ".join(f"{p['name']}{'' if p['current'] else ' (behind)'}" for p in log["peers"])
+    return [
+        f"{name} log: {safe(where)}: {log['events']} events, head seq {log['head_seq']}"
+        + (f" digest {log['head_digest']}" if log["head_digest"] else ""),
+        f"{name} stream: {log['stream_messages']} messages, {log['stream_bytes']} bytes, "
+        f"{log['stream_replicas']} replica(s), leader {safe(str(log['leader'] or '-'))}"
+        + (f", followers {safe(peers)}" if peers else ""),
+    ]
 
 
 def _human(doc: dict[str, Any]) -> str:
@@ -36,6 +50,9 @@ def _human(doc: dict[str, Any]) -> str:
         f"agent home: {safe(sc['agent_home'])}",
     ]
     for name, log in doc["logs"].items():
+        if log.get("backend"):
+            lines.extend(_stream_lines(name, log))
+            continue
         if not log["exists"]:
             lines.append(f"{name} log: {safe(log['path'])} (not created yet)")
             continue

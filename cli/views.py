@@ -31,7 +31,7 @@ def open_store(
     return ctx.managed(
         ContextStore.open(
             ctx.root, readonly=not write, progress=progress, map_checkpoints=not write,
-            storage_scope=ctx.storage_scope,
+            **ctx.store_options(),
         )
     )
 

@@ -120,3 +120,9 @@ class StoreNotFoundError(LedgerError):
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         super().__init__(f"no ctxledger store at {self.path} (run `ctxledger init` first)")
+
+
+class LogUnavailableError(LedgerError):
+    """A replicated log that did not answer in time (no quorum, no server): nothing was
+    acknowledged. An append may still land later; retrying it with the same
+    ``batch_id`` is safe and says which."""

@@ -21,15 +21,16 @@ becomes visible by one rename, into an empty log only.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import attrs
 import blake3
 import cbor2
 
-from .errors import ImportRefusedError
+from .errors import ImportRefusedError, LedgerError
 from .frame import (
     GENESIS_DIGEST,
     MAX_PAYLOAD,
@@ -45,6 +46,27 @@ from .records import RawBatch
 #: The longest line import reads: an event's CBOR is at most ``MAX_PAYLOAD`` bytes,
 #: written twice over in hex (``cbor`` and, for byte strings, ``data``), plus room.
 MAX_LINE_BYTES = 5 * MAX_PAYLOAD
+
+
+def export_log(
+    batches: Iterator[RawBatch],
+    prev_of: Callable[[int], bytes | None],
+    *,
+    from_seq: int = 1,
+    to_seq: int | None = None,
+    kind: str | None = None,
+    anchors: bytes | None = None,
+) -> Iterator[str]:
+    """:func:`export_lines` of a backend's raw batches, ``prev_of(first_seq)`` giving the
+    chain digest before the first one (None: the log changed under the export)."""
+    first = next(batches, None)
+    if first is None:
+        return iter(())
+    prev = prev_of(first.first_seq)
+    if prev is None:
+        raise LedgerError("the log changed while it was exported; run the export again")
+    return export_lines(itertools.chain([first], batches), prev, from_seq=from_seq,
+                        to_seq=to_seq, kind=kind, anchors=anchors)
 
 
 def export_lines(

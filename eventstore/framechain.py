@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator
+from pathlib import Path
 
 from .errors import CorruptLogError
 from .event import Receipt
@@ -24,7 +25,8 @@ from .frame import (
     row_bounds,
     walk_frames,
 )
-from .records import Batch, StoredEvent
+from .reader import raw_batch
+from .records import Batch, RawBatch, StoredEvent
 from .verify import Problem, check_rows
 
 
@@ -102,8 +104,8 @@ class FrameChain:
                 return
             yield self.checked(j)
 
-    def checked(self, i: int) -> Batch:
-        """Frame ``i`` decoded, after its structure and chain digest check out."""
+    def _walk(self, i: int) -> tuple[int, int, memoryview]:
+        """Frame ``i``'s first seq, count and payload, once its structure and chain check out."""
         frame, where = self.frames[i], self.offsets[i]
         prev = self.digests[i - 1] if i else GENESIS_DIGEST
         try:
@@ -113,14 +115,27 @@ class FrameChain:
         except FrameError as e:
             raise CorruptLogError(self.name, where + e.offset, e.reason) from None
         _off, _end, first, count, _digest, p0, p1 = walked[0]
+        return first, count, memoryview(frame)[p0:p1]
+
+    def checked(self, i: int) -> Batch:
+        """Frame ``i`` decoded, after its structure and chain digest check out."""
+        first, count, payload = self._walk(i)
         try:
-            at, batch_id, rows = decode_payload(memoryview(frame)[p0:p1])
+            at, batch_id, rows = decode_payload(payload)
             bad = check_rows(rows, count)
             if bad:
                 raise ValueError(bad)
             return Batch.of_rows(first, float(at), batch_id, rows)
         except ValueError as e:
-            raise CorruptLogError(self.name, where, str(e)) from None
+            raise CorruptLogError(self.name, self.offsets[i], str(e)) from None
+
+    def raw_batches(self, i: int, n: int, to_seq: int | None) -> Iterator[RawBatch]:
+        """As :meth:`batches`, each event as its stored bytes (what export copies)."""
+        for j in range(i, n):
+            if to_seq is not None and self.firsts[j] > to_seq:
+                return
+            first, count, payload = self._walk(j)
+            yield raw_batch(Path(self.name), self.offsets[j], payload, first, count)
 
     def raw(self, seq: int) -> StoredEvent | None:
         """The stored bytes of the event at ``seq`` (structure checked only), or None."""

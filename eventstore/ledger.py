@@ -9,7 +9,6 @@ retries) and :class:`~eventstore.reader.Reader` (reads and frame indexes).
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -34,7 +33,7 @@ from .errors import (
     WriterPoisonedError,
 )
 from .event import Event, Receipt, encode_batch
-from .export import Imported, export_lines
+from .export import Imported, export_log
 from .frame import GENESIS_DIGEST
 from .generation import (
     ANCHOR_ENTRY,
@@ -398,21 +397,19 @@ class Ledger:
         """The log (or the frames overlapping a seq range) as JSON Lines (``export.py``)."""
         base = self.base
         start = max(from_seq, base)
-        batches = self.read_raw_batches(start, to_seq)
-        first = next(batches, None)
-        if first is None:
-            return iter(())
-        if first.first_seq == base:
-            segs, gen = list_generation(self.log_dir)
-            prev = read_header(segs[0][1]).prev_digest if gen else GENESIS_DIGEST
-        else:
-            got = self.digest_at(first.first_seq - 1)
+
+        def prev_of(first_seq: int) -> bytes:
+            if first_seq == base:
+                segs, gen = list_generation(self.log_dir)
+                return read_header(segs[0][1]).prev_digest if gen else GENESIS_DIGEST
+            got = self.digest_at(first_seq - 1)
             if got is None:
                 raise GenerationChangedError(self.log_dir)
-            prev = got
+            return got
+
         anchors = read_anchors(self.log_dir, base) if base > 1 and start == base else None
-        return export_lines(itertools.chain([first], batches), prev, from_seq=from_seq,
-                            to_seq=to_seq, kind=kind, anchors=anchors)
+        return export_log(self.read_raw_batches(start, to_seq), prev_of, from_seq=from_seq,
+                          to_seq=to_seq, kind=kind, anchors=anchors)
 
     def salvage(
         self, clock: Callable[[], float] = time.time,

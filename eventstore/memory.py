@@ -19,7 +19,7 @@ from .errors import HeadMismatchError, InvalidEventError, LedgerClosedError
 from .event import Event, Receipt, encode_batch
 from .frame import encode_frame_parts, payload_prefix
 from .framechain import FrameChain
-from .records import Batch, StoredEvent
+from .records import Batch, RawBatch, StoredEvent
 from .verify import VerifyReport
 
 #: The name errors and verify reports give where the file log names a segment.
@@ -103,6 +103,16 @@ class MemoryLog:
         if to_seq is not None and to_seq < max(1, from_seq):
             return
         yield from self._chain.batches(i, n, to_seq)
+
+    def read_raw_batches(self, from_seq: int = 1, to_seq: int | None = None
+                         ) -> Iterator[RawBatch]:
+        """Whole batches as :meth:`read_batches` gives them, each event as its stored bytes."""
+        with self._mutex:
+            self._check_open()
+            i, n = self._chain.start(from_seq), len(self._chain.frames)
+        if to_seq is not None and to_seq < max(1, from_seq):
+            return
+        yield from self._chain.raw_batches(i, n, to_seq)
 
     def read_raw(self, seq: int) -> StoredEvent | None:
         with self._mutex:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 import unicodedata
 from pathlib import Path
@@ -19,7 +20,7 @@ KNOWN_SETTINGS: dict[str, tuple[str, ...]] = {
     "cache": ("ttl_seconds",),
     "store": ("max_packet_bytes", "sync"),
     "checkpoint": ("every_events", "every_seconds", "close_lag"),
-    "storage": ("scope",),
+    "storage": ("scope", "backend", "servers", "stream", "replicas"),
     "calibration": ("window",),
     "recall": ("provider", "model", "tier_bonus", "tier_penalty", "recency_weight"),
 }
@@ -40,6 +41,14 @@ class StoreConfig:
     checkpoint_close_lag: int = 256
     storage_scope: str | None = None
     """``[storage] scope``: ``project`` or ``agent``; None when unset (the default applies)."""
+    storage_backend: str = "file"
+    """``[storage] backend``: ``file`` (the log under the store) or ``jetstream``."""
+    storage_servers: tuple[str, ...] = ()
+    """``[storage] servers``: NATS URLs of the JetStream cluster (any of its nodes)."""
+    storage_stream: str | None = None
+    """``[storage] stream``: the JetStream stream; None: one named after the project."""
+    storage_replicas: int = 1
+    """``[storage] replicas``: copies of a stream this store creates (1 to 5)."""
     calibration_window: int = 20
     """``[calibration] window``: how many of a profile's newest samples its multiplier uses."""
     recall_provider: str | None = None
@@ -113,6 +122,7 @@ def _settings(path: Path) -> dict[str, Any]:
         if scope not in ("project", "agent"):
             raise ConfigError(f"{path}: [storage] scope must be project or agent")
         kw["storage_scope"] = scope
+    _storage_log(kw, _table(doc, "storage", path), path)
     _num(kw, "calibration_window", _table(doc, "calibration", path).get("window"), path,
          positive=True, integer=True)
     if kw.get("calibration_window", 0) > MAX_WINDOW:
@@ -136,6 +146,59 @@ def _settings(path: Path) -> dict[str, Any]:
                               f"{MAX_ADJUSTMENT}")
         kw[f"recall_{key}"] = float(value)
     return kw
+
+
+BACKENDS = ("file", "jetstream")
+MAX_REPLICAS = 5
+"""JetStream keeps at most five replicas of a stream."""
+STREAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""Stream names this accepts: JetStream forbids spaces, dots, ``*``, ``>`` and slashes."""
+
+
+def _storage_log(kw: dict[str, Any], storage: dict[str, Any], path: Path) -> None:
+    """``[storage] backend``, ``servers``, ``stream`` and ``replicas``, checked."""
+    backend = storage.get("backend")
+    if backend is not None:
+        if backend not in BACKENDS:
+            raise ConfigError(f"{path}: [storage] backend must be file or jetstream")
+        kw["storage_backend"] = backend
+    servers = storage.get("servers")
+    if servers is not None:
+        if isinstance(servers, str):
+            servers = [servers]
+        if not isinstance(servers, list) or not servers:
+            raise ConfigError(f"{path}: [storage] servers must be a list of NATS URLs")
+        for url in servers:
+            why = server_url_error(url)
+            if why is not None:
+                raise ConfigError(f"{path}: [storage] servers: {why}")
+        kw["storage_servers"] = tuple(servers)
+    stream = storage.get("stream")
+    if stream is not None:
+        if not isinstance(stream, str) or not STREAM_NAME.fullmatch(stream):
+            raise ConfigError(f"{path}: [storage] stream must be 1 to 64 letters, digits, "
+                              "'_' or '-'")
+        kw["storage_stream"] = stream
+    replicas = storage.get("replicas")
+    if replicas is not None:
+        if type(replicas) is not int or not 1 <= replicas <= MAX_REPLICAS:
+            raise ConfigError(f"{path}: [storage] replicas must be an integer from 1 to "
+                              f"{MAX_REPLICAS}")
+        kw["storage_replicas"] = replicas
+
+
+def server_url_error(url: object) -> str | None:
+    """Why ``url`` is no NATS server URL (None: it is one): ``nats://host:port``,
+    ``tls://``, ``ws://`` or ``wss://``, or a bare ``host:port``."""
+    if type(url) is not str or not url:
+        return "each server must be a non-empty string"
+    if any(c.isspace() or unicodedata.category(c) == "Cc" for c in url) or "," in url:
+        return f"{url!r} is not a URL (one URL per list item)"
+    rest = url.split("://", 1)[1] if "://" in url else url
+    scheme = url.split("://", 1)[0] if "://" in url else "nats"
+    if scheme not in ("nats", "tls", "ws", "wss") or not rest or rest.startswith(":"):
+        return f"{url!r} is not a NATS URL (nats://host:port)"
+    return None
 
 
 MAX_ADJUSTMENT = 100

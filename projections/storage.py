@@ -9,12 +9,14 @@ loaded as a reader loads them (checkpoint, then the events after it) so that
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from eventstore import Ledger, private
 from eventstore.segments import list_segments
 
+from .logs import LogChoice, log_choice, open_log
 from .scope import Layout
 
 
@@ -41,6 +43,29 @@ def log_report(log_dir: Path) -> dict[str, Any]:
     out["event_bytes"] = plan.bytes_total if plan is not None else 0
     out["live_bytes"] = plan.bytes_kept if plan is not None else 0
     out["live_fraction"] = round(plan.live_fraction, 4) if plan is not None else 1.0
+    return out
+
+
+def stream_report(layout: Layout, choice: LogChoice) -> dict[str, Any]:
+    """The JetStream log: servers, stream, replicas, its state as the servers report it,
+    and its events (``exists`` false when the stream is not there)."""
+    from eventstore import StoreNotFoundError
+
+    out: dict[str, Any] = {**choice.to_json(), "exists": False}
+    try:
+        log = open_log(layout, choice, readonly=True)
+    except StoreNotFoundError:
+        return out
+    with log:
+        state = log.stream_state()  # type: ignore[attr-defined]
+        head = log.head
+        out.update({
+            "exists": True, "events": head, "head_seq": head,
+            "head_digest": log.head_digest.hex() if head else None,
+            "stream_messages": state.messages, "stream_bytes": state.bytes,
+            "stream_replicas": state.replicas, "leader": state.leader,
+            "peers": [{"name": n, "current": c} for n, c in state.peers],
+        })
     return out
 
 
@@ -103,6 +128,8 @@ def storage_report(
     *,
     home: Path | None = None,
     storage_scope: str | None = None,
+    backend: str | None = None,
+    servers: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Everything ``ctxledger storage`` prints, for ``root``.
 
@@ -114,15 +141,18 @@ def storage_report(
     from .store import ContextStore
     from .storedir import open_layout, store_exists
 
-    layout, _cfg = open_layout(root, home=home, storage_scope=storage_scope)
+    layout, cfg = open_layout(root, home=home, storage_scope=storage_scope)
+    choice = log_choice(layout, cfg, backend=backend, servers=servers)
     logs: dict[str, Any] = {}
-    if layout.scope == "project":
+    if not choice.is_file:
+        logs["project"] = stream_report(layout, choice)
+    elif layout.scope == "project":
         logs["project"] = log_report(layout.log_dir)
     logs["agent"] = log_report(layout.agent_log_dir)
     doc: dict[str, Any] = {"scope": layout_report(layout), "logs": logs, "views": {}}
-    if store_exists(layout):
-        with ContextStore.open(root, readonly=True, home=home,
-                               storage_scope=storage_scope) as store:
+    if logs.get("project", {}).get("backend") or store_exists(layout):
+        with ContextStore.open(root, readonly=True, home=home, storage_scope=storage_scope,
+                               backend=backend, servers=servers) as store:
             doc["views"] = views_report(store)
             doc["artifacts"] = store.artifact_stats()
     doc["calibration"] = calibration_report(layout.home)

@@ -6,7 +6,7 @@ import builtins
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from .cache import CacheState, EntryRef, key_prefix
 from .checkpoints import CheckpointDir
 from .config import StoreConfig
 from .freshness import Freshness
+from .logs import LogChoice, log_choice, open_log
 from .packet import (
     cache_key_of,
     canonical_bytes,
@@ -151,6 +152,9 @@ class ContextStore(Recalling, Artifacts):
         self.readonly = readonly
         self._closed = False
         self._owns_log = True
+        self.log_choice = LogChoice("file")
+        """Which backend the log is (``projections/logs.py``); a log passed to
+        :meth:`open` is named by its class."""
         self.tasks = Tasks(self)
         """The task registry: create, start, note, complete, ... and list, history."""
         self.agent = Agent(self)
@@ -193,9 +197,13 @@ class ContextStore(Recalling, Artifacts):
         log: LogBackend | None = None,
         home: Path | None = None,
         storage_scope: str | None = None,
+        backend: str | None = None,
+        servers: Sequence[str] = (),
     ) -> ContextStore:
         """The store in force for ``root`` over ``log``: any backend (``MemoryLog()``,
-        say), or None for the file log.
+        say), or None for the log the config chooses (``[storage] backend``, which
+        ``backend`` and ``servers`` override: the file log unless it says
+        ``jetstream``; ``projections/logs.py``).
 
         Which store is in force (:func:`open_layout`, docs/scopes.md): in project
         scope (the default) ``root/.ctxledger/``; in agent scope (config
@@ -207,14 +215,15 @@ class ContextStore(Recalling, Artifacts):
         caller's to close.
         """
         layout, cfg = open_layout(root, home=home, storage_scope=storage_scope, config=config)
-        if readonly and log is None:
-            require_store(layout)
+        choice = log_choice(layout, cfg, backend=backend, servers=servers)
+        file_log = log is None and choice.is_file
+        if readonly and file_log:
+            require_store(layout)  # (a missing stream is refused by its open)
         if not readonly:
-            init_layout(layout, with_log=log is None)
+            init_layout(layout, with_log=file_log)
         owned = log is None
         ledger: LogBackend = (
-            Ledger.open(layout.log_dir, readonly=readonly, sync=cfg.sync)  # type: ignore[arg-type]
-            if log is None else log
+            open_log(layout, choice, readonly=readonly, sync=cfg.sync) if log is None else log
         )
         try:
             runner = Runner(
@@ -235,6 +244,7 @@ class ContextStore(Recalling, Artifacts):
             raise
         store = cls(layout, ledger, runner, cfg, clock, readonly, layout.home)
         store._owns_log = owned
+        store.log_choice = choice if log is None else LogChoice(type(log).__name__)
         return store
 
     # --- writing --------------------------------------------------------------------
@@ -599,7 +609,7 @@ class ContextStore(Recalling, Artifacts):
             if name not in known:
                 raise ValueError(f"unknown projection {name!r} (known: {', '.join(known)})")
         start = time.perf_counter()
-        if self._owns_log:
+        if self._owns_log and self.log_choice.is_file:
             with Ledger.open(self.layout.log_dir, readonly=True) as log:
                 states, n = self.runner.refold(names, progress, log)  # bulk builds timed too
         else:
@@ -649,16 +659,21 @@ def replay(
     root: str | os.PathLike[str],
     until: int | float | None = None,
     progress: Progress | None = None,
+    *,
+    backend: str | None = None,
+    servers: Sequence[str] = (),
     **scope_kw: Any,
 ) -> dict[str, Any]:
     """Fold the log into fresh in-memory views and report; touches no checkpoint.
 
-    ``scope_kw``: ``home``, ``storage_scope``, as :meth:`ContextStore.open` takes them.
+    ``scope_kw``: ``home``, ``storage_scope``, as :meth:`ContextStore.open` takes
+    them; ``backend`` and ``servers`` too.
     """
-    layout, _cfg = open_layout(root, **scope_kw)
-    if not layout.log_dir.is_dir():
+    layout, cfg = open_layout(root, **scope_kw)
+    choice = log_choice(layout, cfg, backend=backend, servers=servers)
+    if choice.is_file and not layout.log_dir.is_dir():
         raise StoreNotFoundError(layout.store_dir)
-    with Ledger.open(layout.log_dir, readonly=True) as led:
+    with open_log(layout, choice, readonly=True) as led:
         states = [p.new() for p in projections()]
         seq = led.head if until is None else seq_at(led, until)
         start = time.perf_counter()

@@ -1,0 +1,378 @@
+"""The JetStream log backend: the file log's frames kept in a replicated NATS stream.
+
+Every machine folds its views locally, as from the file log; only the log is
+shared. Appends publish the frame (``messages.py``) with
+``Nats-Expected-Last-Sequence`` set to the stream's last sequence as this
+handle last saw it, which serialises writers on any number of machines with no
+lock, and ``Nats-Msg-Id`` set to the batch id, which makes a retry inside the
+stream's duplicate window idempotent. What has been read is kept in a
+:class:`~eventstore.framechain.FrameChain`, so reads, point reads and digests
+are the in-memory log's.
+
+Failures (docs/architecture.md, "The JetStream backend"): a request that gets
+no answer (timeout, no responders, an election) is retried with the same
+message until ``failover_timeout``, then :class:`LogUnavailableError`. A
+publish answered "wrong last sequence" means another writer came first or an
+earlier try of this same publish landed (nats-server 2.9 says so instead of
+acknowledging a duplicate): the handle reads the new messages, finds its own
+attempt there or starts again on top of the new head.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
+from ..errors import (
+    CorruptLogError,
+    HeadMismatchError,
+    InvalidEventError,
+    LedgerClosedError,
+    LedgerError,
+    LogUnavailableError,
+    StoreNotFoundError,
+)
+from ..event import Event, Receipt, encode_batch
+from ..export import export_log
+from ..frame import encode_frame_parts, payload_prefix
+from ..framechain import FrameChain
+from ..records import Batch, RawBatch, StoredEvent
+from ..verify import Problem, VerifyReport
+from .client import Connection, StreamState, Transient, WrongLastSequence
+from .messages import Assembler, Incoming, MessageError, Outgoing, messages_for
+
+DEFAULT_FAILOVER_TIMEOUT = 15.0
+"""Seconds an append or read keeps retrying through an election or a lost server."""
+SMALL_GAP = 8
+"""At most this many new messages are read one by one; more go through a consumer."""
+
+
+T = TypeVar("T")
+
+
+def with_retries(fn: Callable[[], T], stream: str, timeout: float,
+                 deadline: float | None = None) -> T:
+    """``fn()``, again after each :class:`Transient` until ``deadline`` (monotonic; by
+    default ``timeout`` from now), then :class:`LogUnavailableError`."""
+    end = time.monotonic() + timeout if deadline is None else deadline
+    pause = 0.05
+    while True:
+        try:
+            return fn()
+        except Transient as e:
+            if time.monotonic() + pause > end:
+                raise LogUnavailableError(
+                    f"jetstream stream {stream!r} gave no answer in {timeout:g}s ({e}); "
+                    "nothing was acknowledged"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+
+def subject_prefix(subjects: tuple[str, ...], stream: str) -> str:
+    """The ``X`` of a stream whose one subject is ``X.>`` (what this backend creates)."""
+    if len(subjects) != 1 or not subjects[0].endswith(".>"):
+        raise LedgerError(
+            f"jetstream stream {stream!r} has subjects {list(subjects)}; a ctxledger "
+            "stream has exactly one, of the form <prefix>.>"
+        )
+    return subjects[0][:-2]
+
+
+class Follower:
+    """What one pass over the stream has folded: its frames and where it stopped.
+
+    ``attempts`` maps each batch's ``Ctx-Attempt`` to its receipt, which is how
+    a writer recognises its own publish after an answer went missing.
+    """
+
+    def __init__(self, conn: Connection, stream: str, prefix: str, timeout: float) -> None:
+        self.conn, self.stream, self.prefix, self.timeout = conn, stream, prefix, timeout
+        self.chain = FrameChain(stream)
+        self.assembler = Assembler()
+        self.stream_last = 0
+        self.attempts: dict[str, Receipt] = {}
+
+    def sync(self) -> None:
+        """Read what writers appended since the last look (one round trip if nothing)."""
+        state = with_retries(lambda: self.conn.stream_state(self.stream), self.stream,
+                             self.timeout)
+        self.catch_up(state.last_seq, state.first_seq)
+
+    def catch_up(self, last: int, first: int) -> None:
+        if last <= self.stream_last:
+            return
+        start = self.stream_last + 1
+        if first > start and last >= first:
+            raise CorruptLogError(self.where(start), 0, f"the stream no longer holds messages "
+                                  f"{start}..{first - 1} (purged or expired)")
+        if last - start < SMALL_GAP:
+            for seq in range(start, last + 1):
+                m = with_retries(lambda s=seq: self.conn.get(self.stream, s),  # type: ignore[misc]
+                                 self.stream, self.timeout)
+                if m is None:
+                    raise CorruptLogError(self.where(seq), 0, "stream message missing")
+                self.ingest(m)
+            return
+        try:
+            for m in self.conn.fetch(self.stream, f"{self.prefix}.>", start, last):
+                if m.stream_seq != self.stream_last + 1:
+                    raise CorruptLogError(self.where(self.stream_last + 1), 0,
+                                          "stream message missing")
+                self.ingest(m)
+        except Transient as e:
+            raise LogUnavailableError(f"jetstream stream {self.stream!r}: read failed "
+                                      f"({e})") from None
+        if self.stream_last < last:
+            raise LogUnavailableError(f"jetstream stream {self.stream!r}: read stopped at "
+                                      f"message {self.stream_last} of {last}")
+
+    def where(self, stream_seq: int) -> str:
+        """What errors name where the file log names a segment: the stream's message."""
+        return f"{self.stream} message {stream_seq}"
+
+    def ingest(self, m: Incoming) -> None:
+        try:
+            done = self.assembler.feed(m)
+        except MessageError as e:
+            raise CorruptLogError(self.where(e.stream_seq), 0, e.reason) from None
+        if done is not None:
+            size = self.chain.size
+            try:
+                self.attempts[done.attempt] = self.chain.add_checked(done.frame)
+            except CorruptLogError as e:  # offsets counted in the frame, not the stream
+                raise CorruptLogError(self.where(done.stream_seq), e.offset - size,
+                                      e.reason) from None
+        self.stream_last = m.stream_seq
+
+
+class JetStreamLog:
+    """A log backend over one JetStream stream; thread-safe, one connection.
+
+    ``prefix`` names the subjects of a stream this creates (``<prefix>.>``); an
+    existing stream's own subjects win, so machines whose project ids differ
+    still share it. ``create=False`` (read-only opens) refuses a missing
+    stream with :class:`~eventstore.errors.StoreNotFoundError`.
+    """
+
+    def __init__(
+        self,
+        servers: list[str],
+        stream: str,
+        *,
+        prefix: str = "ctx",
+        replicas: int = 1,
+        create: bool = True,
+        clock: Callable[[], float] = time.time,
+        failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 2.0,
+    ) -> None:
+        if not servers:
+            raise LedgerError("jetstream backend needs at least one server URL")
+        self.stream = stream
+        self.replicas = replicas
+        self.failover_timeout = failover_timeout
+        self._clock = clock
+        self._mutex = threading.RLock()
+        self._closed = False
+        self._conn = Connection(servers, connect_timeout=connect_timeout,
+                                request_timeout=request_timeout)
+        try:
+            state = self._open_stream(prefix, create)
+            self.prefix = subject_prefix(state.subjects, stream)
+            self.servers = list(servers)
+            self._f = Follower(self._conn, stream, self.prefix, failover_timeout)
+            self._f.catch_up(state.last_seq, state.first_seq)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _open_stream(self, prefix: str, create: bool) -> StreamState:
+        try:
+            return self._retry(lambda: self._conn.stream_state(self.stream))
+        except StoreNotFoundError:
+            if not create:
+                raise
+        self._retry(lambda: self._conn.create_stream(self.stream, [f"{prefix}.>"],
+                                                     self.replicas))
+        return self._retry(lambda: self._conn.stream_state(self.stream))
+
+    def _retry(self, fn: Callable[[], T], deadline: float | None = None) -> T:
+        return with_retries(fn, self.stream, self.failover_timeout, deadline)
+
+    # --- the seam -----------------------------------------------------------------------
+
+    @property
+    def head(self) -> int:
+        with self._mutex:
+            self._check_open()
+            self._f.sync()
+            return self._f.chain.head
+
+    @property
+    def head_digest(self) -> bytes:
+        with self._mutex:
+            self._check_open()
+            self._f.sync()
+            return self._f.chain.head_digest
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LedgerClosedError("log is closed")
+
+    def append(
+        self,
+        events: Iterable[Event],
+        *,
+        expected_head: int | None = None,
+        batch_id: str | None = None,
+    ) -> Receipt:
+        rows, count = encode_batch(events, batch_id)
+        attempt = secrets.token_hex(12)
+        with self._mutex:
+            self._check_open()
+            chain = self._f.chain
+            deadline = time.monotonic() + self.failover_timeout
+            looked = False
+            while True:
+                mine = self._f.attempts.get(attempt)
+                if mine is not None:
+                    return mine
+                if batch_id is not None and batch_id in chain.receipts:
+                    r = chain.receipts[batch_id]
+                    return Receipt(r.first_seq, r.last_seq, r.at, batch_id, duplicate=True)
+                if expected_head is not None and expected_head != chain.head:
+                    if not looked:  # this handle may be behind: look before refusing
+                        looked = True
+                        self._f.sync()
+                        continue
+                    raise HeadMismatchError(expected_head, chain.head)
+                at = max(float(self._clock()), chain.last_at)
+                first = chain.head + 1
+                try:
+                    frame, _digest = encode_frame_parts(
+                        chain.head_digest, first, count, (payload_prefix(at, batch_id), rows)
+                    )
+                    out = messages_for(frame, msg_id=batch_id or attempt, attempt=attempt,
+                                       first=first, last=first + count - 1,
+                                       max_payload=self._conn.max_payload)
+                except ValueError as e:
+                    raise InvalidEventError(str(e)) from None
+                try:
+                    self._publish_all(out, deadline)
+                    return self._f.attempts[attempt]
+                except WrongLastSequence:
+                    # someone (maybe an earlier try of ours) came first: look, then loop
+                    self._f.sync()
+                    looked = True
+
+    def _publish_all(self, out: list[Outgoing], deadline: float) -> None:
+        """Publish ``out`` in order on top of the stream as last seen, ingesting each."""
+        for o in out:
+            subject = f"{self.prefix}.{o.kind}"
+            expected = self._f.stream_last
+            seq, duplicate = self._retry(
+                lambda s=subject, o=o, e=expected: self._conn.publish(s, o.body, o.headers, e),  # type: ignore[misc]
+                deadline,
+            )
+            if duplicate or seq != expected + 1:
+                # the server had this message id already (an earlier try inside the
+                # duplicate window, ours or another process's): read what is there
+                raise WrongLastSequence(f"duplicate of message {seq}")
+            self._f.ingest(Incoming(seq, o.kind, o.headers, o.body))
+
+    def read(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Event]:
+        lo = max(1, from_seq)
+        for batch in self.read_batches(lo, to_seq):
+            for e in batch.events:
+                if e.seq >= lo and (to_seq is None or e.seq <= to_seq):
+                    yield e
+
+    def read_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Batch]:
+        with self._mutex:
+            self._check_open()
+            self._f.sync()
+            i, n = self._f.chain.start(from_seq), len(self._f.chain.frames)
+        if to_seq is not None and to_seq < max(1, from_seq):
+            return
+        yield from self._f.chain.batches(i, n, to_seq)
+
+    def read_raw_batches(self, from_seq: int = 1, to_seq: int | None = None
+                         ) -> Iterator[RawBatch]:
+        """Whole batches as :meth:`read_batches` gives them, each event as its stored bytes."""
+        with self._mutex:
+            self._check_open()
+            self._f.sync()
+            i, n = self._f.chain.start(from_seq), len(self._f.chain.frames)
+        if to_seq is not None and to_seq < max(1, from_seq):
+            return
+        yield from self._f.chain.raw_batches(i, n, to_seq)
+
+    def export_lines(
+        self, from_seq: int = 1, to_seq: int | None = None, kind: str | None = None
+    ) -> Iterator[str]:
+        """The log as JSON Lines (``export.py``): byte for byte what the file log
+        holding the same batches exports."""
+        return export_log(self.read_raw_batches(from_seq, to_seq), self._prev_digest,
+                          from_seq=from_seq, to_seq=to_seq, kind=kind)
+
+    def _prev_digest(self, first_seq: int) -> bytes | None:
+        with self._mutex:
+            return self._f.chain.digest_at(first_seq - 1)
+
+    def read_raw(self, seq: int) -> StoredEvent | None:
+        with self._mutex:
+            self._check_open()
+            if seq > self._f.chain.head:
+                self._f.sync()
+            return self._f.chain.raw(seq)
+
+    def digest_at(self, seq: int) -> bytes | None:
+        with self._mutex:
+            self._check_open()
+            if seq > self._f.chain.head:
+                self._f.sync()
+            return self._f.chain.digest_at(seq)
+
+    def verify(self) -> VerifyReport:
+        """Read the whole stream again from the servers and check every frame."""
+        with self._mutex:
+            self._check_open()
+            state = self._retry(lambda: self._conn.stream_state(self.stream))
+            fresh = Follower(self._conn, self.stream, self.prefix, self.failover_timeout)
+            problems: list[Problem] = []
+            try:
+                fresh.catch_up(state.last_seq, state.first_seq)
+            except CorruptLogError as e:
+                problems.append(Problem(e.segment.name, e.offset, e.reason))
+            chain = fresh.chain
+            n = len(chain.frames)
+        problems += chain.problems(n)
+        return VerifyReport(not problems, chain.head, n, chain.head, 0, tuple(problems))
+
+    def stream_state(self) -> StreamState:
+        """The stream's state as its servers report it now (for ``storage``)."""
+        with self._mutex:
+            self._check_open()
+            state = self._retry(lambda: self._conn.stream_state(self.stream))
+            return state
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+        self._conn.close()
+
+    def __enter__(self) -> JetStreamLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"JetStreamLog(stream={self.stream!r}, head={self._f.chain.head})"
