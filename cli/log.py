@@ -1,14 +1,17 @@
-"""``ctxledger log``: the raw events every view is folded from (append, show, tail)."""
+"""``ctxledger log``: the raw events every view is folded from (append, show, tail,
+export, import, mirror)."""
 
 from __future__ import annotations
 
 import collections
 import errno
 import itertools
+import os
 import select
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -17,7 +20,7 @@ import click
 from eventstore import Event, LogBackend, Receipt, head_anchor
 
 from .inputs import COUNT, INTERVAL, JSON_OBJECT, SEQ
-from .options import Ctx, examples, group_options, store_options
+from .options import Ctx, examples, group_options, split_servers, store_options
 from .output import event_json, event_line, iso_time, safe
 
 
@@ -343,3 +346,74 @@ def log_import(ctx: Ctx, file: str) -> None:
            "head_digest": written.digest.hex()}
     ctx.emit(doc, human=f"imported {written.events} events (seqs {written.base}.."
              f"{written.head}) into {safe(str(ctx.log_dir))}")
+
+
+@examples(
+    "ctxledger log mirror --to jetstream --to-servers nats://nats1:4222 --to-stream team-ctx",
+    "ctxledger --backend jetstream log mirror --to file",
+    "ctxledger log mirror --to file --to-dir /backup/ctx-log --json",
+)
+@log.command("mirror")
+@store_options
+@click.option("--to", "to", type=click.Choice(("jetstream", "file")), required=True,
+              help="The kind of log to copy into.")
+@click.option("--to-servers", multiple=True, metavar="URL",
+              help="NATS server URL(s) of the destination (repeat, or separate with commas). "
+              "Default: [storage] servers in config.")
+@click.option("--to-stream", metavar="NAME",
+              help="Destination stream. Default: [storage] stream in config, else the one "
+              "named after the project.")
+@click.option("--to-replicas", type=click.IntRange(1, 5), default=None,
+              help="Replicas of a stream the mirror creates. Default: [storage] replicas.")
+@click.option("--to-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Destination directory of a file log (must hold no event). Default: this "
+              "store's own log directory.")
+def log_mirror(ctx: Ctx, to: str, to_servers: tuple[str, ...], to_stream: str | None,
+               to_replicas: int | None, to_dir: Path | None) -> None:
+    """Copy this store's log into another backend, seqs, times and digests kept.
+
+    To JetStream: every batch is published as it is here, so the stream's
+    chain digests are this log's, and running the mirror again copies only
+    what was appended since (the stream must hold a prefix of this log). To a
+    file log: the log is checked as `log import` checks a file and written as
+    one segment, into a log with no event. Then point the store at the copy
+    ([storage] backend in config.toml) to switch backends.
+    """
+    from eventstore.mirror import mirror_to_dir, mirror_to_stream
+    from projections.logs import log_choice, open_log
+
+    from .progress import progress_bar, show_progress
+
+    source = ctx.ledger()
+    total = source.head if show_progress(ctx) else 0
+    here = ctx.log_choice
+    if to == "file":
+        target = Path(os.path.abspath(to_dir)) if to_dir is not None else ctx.log_dir
+        if here.is_file and target == ctx.log_dir:
+            raise click.UsageError("this store's log is already the file log in "
+                                   f"{ctx.log_dir}: give --to-dir")
+        with progress_bar(ctx, total, "mirroring") as bar:
+            done = mirror_to_dir(source, target, bar)
+        where = str(target)
+    else:
+        from projections.storedir import open_layout
+
+        layout, cfg = open_layout(ctx.root, storage_scope=ctx.storage_scope)
+        cfg = attrs.evolve(cfg, storage_stream=to_stream or cfg.storage_stream,
+                           storage_replicas=to_replicas or cfg.storage_replicas)
+        try:
+            dest = log_choice(layout, cfg, backend="jetstream",
+                              servers=split_servers(to_servers))
+        except ValueError as e:
+            raise click.UsageError(str(e)) from None
+        if not here.is_file and (dest.stream, dest.servers) == (here.stream, here.servers):
+            raise click.UsageError(f"this store's log is already the stream {dest.stream!r}: "
+                                   "give --to-stream or --to-servers")
+        log = ctx.managed(open_log(layout, dest, readonly=False))
+        with progress_bar(ctx, total, "mirroring") as bar:
+            done = mirror_to_stream(source, log, bar)
+        where = f"jetstream stream {dest.stream} on {', '.join(dest.servers)}"
+    doc = {"to": to, "destination": where, **done.to_json()}
+    ctx.emit(doc, human=f"mirrored {done.copied_events} events in {done.copied_batches} "
+             f"batches to {safe(where)} ({done.already_there} already there); head seq "
+             f"{done.head_seq} digest {done.head_digest.hex()}")

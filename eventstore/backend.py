@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
 from .event import Event, Receipt
-from .records import Batch, StoredEvent
+from .records import Batch, RawBatch, StoredEvent
 from .verify import VerifyReport
 
 
@@ -68,6 +68,19 @@ class LogBackend(Protocol):
     def read_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Batch]:
         """Whole batches overlapping ``[from_seq, to_seq]``, in order, chain-checked as
         :meth:`read` is (a batch is never cut to the range)."""
+        ...
+
+    def read_raw_batches(self, from_seq: int = 1, to_seq: int | None = None
+                         ) -> Iterator[RawBatch]:
+        """As :meth:`read_batches`, each event as its stored CBOR bytes (what export,
+        compaction and mirrors copy, so every value keeps its exact encoding)."""
+        ...
+
+    def export_lines(
+        self, from_seq: int = 1, to_seq: int | None = None, kind: str | None = None
+    ) -> Iterator[str]:
+        """The log as JSON Lines (``export.py``): the same bytes from every backend
+        holding the same batches."""
         ...
 
     def read_raw(self, seq: int) -> StoredEvent | None:

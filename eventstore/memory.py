@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from .errors import HeadMismatchError, InvalidEventError, LedgerClosedError
 from .event import Event, Receipt, encode_batch
+from .export import export_log
 from .frame import encode_frame_parts, payload_prefix
 from .framechain import FrameChain
 from .records import Batch, RawBatch, StoredEvent
@@ -113,6 +114,17 @@ class MemoryLog:
         if to_seq is not None and to_seq < max(1, from_seq):
             return
         yield from self._chain.raw_batches(i, n, to_seq)
+
+    def export_lines(
+        self, from_seq: int = 1, to_seq: int | None = None, kind: str | None = None
+    ) -> Iterator[str]:
+        """The log as JSON Lines (``export.py``), as the file log exports the same batches."""
+        return export_log(self.read_raw_batches(from_seq, to_seq), self._prev_digest,
+                          from_seq=from_seq, to_seq=to_seq, kind=kind)
+
+    def _prev_digest(self, first_seq: int) -> bytes | None:
+        with self._mutex:
+            return self._chain.digest_at(first_seq - 1)
 
     def read_raw(self, seq: int) -> StoredEvent | None:
         with self._mutex:

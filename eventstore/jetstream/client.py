@@ -142,9 +142,11 @@ class Connection:
         try:
             info = self.call(self._js.stream_info(stream))
         except nats.js.errors.NotFoundError:
-            raise StoreNotFoundError(f"jetstream stream {stream!r} does not exist") from None
+            raise StoreNotFoundError(f"jetstream stream {stream}") from None
         except nats.js.errors.APIError as e:
-            raise StoreNotFoundError(f"jetstream stream {stream!r}: {_describe(e)}") from None
+            if e.code == 404 or e.err_code == STREAM_NOT_FOUND:
+                raise StoreNotFoundError(f"jetstream stream {stream}") from None
+            raise LedgerError(f"jetstream stream {stream!r}: {_describe(e)}") from None
         cl = info.cluster
         peers = tuple((str(p.name), bool(p.current)) for p in (cl.replicas or [])) if cl else ()
         return StreamState(

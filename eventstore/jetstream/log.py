@@ -37,7 +37,7 @@ from ..errors import (
 )
 from ..event import Event, Receipt, encode_batch
 from ..export import export_log
-from ..frame import encode_frame_parts, payload_prefix
+from ..frame import encode_frame_parts, encode_raw_rows, payload_prefix
 from ..framechain import FrameChain
 from ..records import Batch, RawBatch, StoredEvent
 from ..verify import Problem, VerifyReport
@@ -232,6 +232,33 @@ class JetStreamLog:
         batch_id: str | None = None,
     ) -> Receipt:
         rows, count = encode_batch(events, batch_id)
+
+        def frame(first: int, prev: bytes, last_at: float) -> bytes:
+            at = max(float(self._clock()), last_at)
+            return encode_frame_parts(prev, first, count, (payload_prefix(at, batch_id), rows))[0]
+
+        return self._commit(frame, count, batch_id, expected_head)
+
+    def append_raw(self, batch: RawBatch) -> Receipt:
+        """Write a batch another log holds, as it is there: the same seqs, ``at``,
+        batch id and event bytes, hence the same chain digest (``log mirror``). It
+        must be the next batch: it starts at ``head + 1``, else :class:`LedgerError`."""
+        rows = encode_raw_rows(list(batch.rows))
+
+        def frame(first: int, prev: bytes, last_at: float) -> bytes:
+            if first != batch.first_seq or batch.at < last_at:
+                raise LedgerError(
+                    f"jetstream stream {self.stream!r} is at seq {first - 1}: a batch from "
+                    f"seq {batch.first_seq} does not follow it")
+            return encode_frame_parts(prev, first, len(batch.rows),
+                                      (payload_prefix(batch.at, batch.batch_id), rows))[0]
+
+        return self._commit(frame, len(batch.rows), batch.batch_id, batch.first_seq - 1)
+
+    def _commit(self, frame_at: Callable[[int, bytes, float], bytes], count: int,
+                batch_id: str | None, expected_head: int | None) -> Receipt:
+        """Publish the frame ``frame_at(first seq, previous digest, last at)`` makes on top
+        of the stream, again on top of whatever another writer put there first."""
         attempt = secrets.token_hex(12)
         with self._mutex:
             self._check_open()
@@ -251,13 +278,10 @@ class JetStreamLog:
                         self._f.sync()
                         continue
                     raise HeadMismatchError(expected_head, chain.head)
-                at = max(float(self._clock()), chain.last_at)
                 first = chain.head + 1
                 try:
-                    frame, _digest = encode_frame_parts(
-                        chain.head_digest, first, count, (payload_prefix(at, batch_id), rows)
-                    )
-                    out = messages_for(frame, msg_id=batch_id or attempt, attempt=attempt,
+                    out = messages_for(frame_at(first, chain.head_digest, chain.last_at),
+                                       msg_id=batch_id or attempt, attempt=attempt,
                                        first=first, last=first + count - 1,
                                        max_payload=self._conn.max_payload)
                 except ValueError as e:
