@@ -189,6 +189,28 @@ class Connection:
                                          timeout=self.request_timeout))
         return int(ack.seq), bool(ack.duplicate)
 
+    def publish_pipelined(self, msgs: list[tuple[str, bytes, dict[str, str], int]]
+                          ) -> list[tuple[int, bool] | None]:
+        """Publish every ``(subject, body, headers, expected last seq)`` without waiting
+        for each answer in turn: one round trip for all. Each result is ``(stream
+        seq, duplicate)``, or None where that publish failed in any way."""
+        async def one(subject: str, body: bytes, headers: dict[str, str],
+                      expected: int) -> tuple[int, bool]:
+            ack = await self._js.publish(subject, body, timeout=self.request_timeout,
+                                         headers={**headers, EXPECTED_LAST_SEQ: str(expected)})
+            return int(ack.seq), bool(ack.duplicate)
+
+        async def run() -> list[Any]:
+            return await asyncio.gather(*(one(*m) for m in msgs), return_exceptions=True)
+
+        try:
+            results = self._run(run(), self.request_timeout * 4 + 1)
+        except BaseException as e:
+            if _transient(e):
+                return [None] * len(msgs)
+            raise
+        return [r if isinstance(r, tuple) else None for r in results]
+
     def get(self, stream: str, seq: int) -> Incoming | None:
         """The message at ``seq`` (None when the stream has none there)."""
         try:

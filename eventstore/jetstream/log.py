@@ -117,18 +117,21 @@ class Follower:
                     raise CorruptLogError(self.where(seq), 0, "stream message missing")
                 self.ingest(m)
             return
-        try:
-            for m in self.conn.fetch(self.stream, f"{self.prefix}.>", start, last):
-                if m.stream_seq != self.stream_last + 1:
-                    raise CorruptLogError(self.where(self.stream_last + 1), 0,
-                                          "stream message missing")
-                self.ingest(m)
-        except Transient as e:
-            raise LogUnavailableError(f"jetstream stream {self.stream!r}: read failed "
-                                      f"({e})") from None
-        if self.stream_last < last:
-            raise LogUnavailableError(f"jetstream stream {self.stream!r}: read stopped at "
-                                      f"message {self.stream_last} of {last}")
+        deadline = time.monotonic() + self.timeout
+        while self.stream_last < last:
+            try:  # a consumer lost with its server (an election) is made again
+                for m in self.conn.fetch(self.stream, f"{self.prefix}.>",
+                                         self.stream_last + 1, last):
+                    if m.stream_seq != self.stream_last + 1:
+                        raise CorruptLogError(self.where(self.stream_last + 1), 0,
+                                              "stream message missing")
+                    self.ingest(m)
+            except Transient as e:
+                if time.monotonic() > deadline:
+                    raise LogUnavailableError(
+                        f"jetstream stream {self.stream!r}: read stopped at message "
+                        f"{self.stream_last} of {last} ({e})") from None
+                time.sleep(0.1)
 
     def where(self, stream_seq: int) -> str:
         """What errors name where the file log names a segment: the stream's message."""
@@ -269,6 +272,10 @@ class JetStreamLog:
                 mine = self._f.attempts.get(attempt)
                 if mine is not None:
                     return mine
+                if time.monotonic() > deadline:
+                    raise LogUnavailableError(
+                        f"jetstream stream {self.stream!r}: no publish went through in "
+                        f"{self.failover_timeout:g}s; nothing was acknowledged")
                 if batch_id is not None and batch_id in chain.receipts:
                     r = chain.receipts[batch_id]
                     return Receipt(r.first_seq, r.last_seq, r.at, batch_id, duplicate=True)
@@ -295,19 +302,31 @@ class JetStreamLog:
                     looked = True
 
     def _publish_all(self, out: list[Outgoing], deadline: float) -> None:
-        """Publish ``out`` in order on top of the stream as last seen, ingesting each."""
-        for o in out:
-            subject = f"{self.prefix}.{o.kind}"
-            expected = self._f.stream_last
-            seq, duplicate = self._retry(
-                lambda s=subject, o=o, e=expected: self._conn.publish(s, o.body, o.headers, e),  # type: ignore[misc]
-                deadline,
-            )
-            if duplicate or seq != expected + 1:
-                # the server had this message id already (an earlier try inside the
-                # duplicate window, ours or another process's): read what is there
-                raise WrongLastSequence(f"duplicate of message {seq}")
-            self._f.ingest(Incoming(seq, o.kind, o.headers, o.body))
+        """Publish ``out`` in order on top of the stream as last seen, ingesting each.
+
+        The messages of a chunked batch go out pipelined (each with the expected
+        sequence it will have), so a big batch costs one round trip, not one per
+        chunk; if any of them fails, what landed is read back and the caller
+        starts again (the chunks that did land are orphans readers skip)."""
+        base = self._f.stream_last
+        if len(out) > 1:
+            results = self._conn.publish_pipelined(
+                [(f"{self.prefix}.{o.kind}", o.body, o.headers, base + i)
+                 for i, o in enumerate(out)])
+            for i, (o, r) in enumerate(zip(out, results, strict=True)):
+                if r is None or r[1] or r[0] != base + i + 1:
+                    raise WrongLastSequence(f"pipelined publish {i} of {len(out)} failed")
+                self._f.ingest(Incoming(r[0], o.kind, o.headers, o.body))
+            return
+        (o,) = out
+        subject = f"{self.prefix}.{o.kind}"
+        seq, duplicate = self._retry(
+            lambda: self._conn.publish(subject, o.body, o.headers, base), deadline)
+        if duplicate or seq != base + 1:
+            # the server had this message id already (an earlier try inside the
+            # duplicate window, ours or another process's): read what is there
+            raise WrongLastSequence(f"duplicate of message {seq}")
+        self._f.ingest(Incoming(seq, o.kind, o.headers, o.body))
 
     def read(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Event]:
         lo = max(1, from_seq)
