@@ -9,6 +9,7 @@ with ``Nats-Expected-Last-Sequence``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -264,3 +265,47 @@ def test_retried_publish_with_msg_id_and_expected_last_sequence(
             pub("d", 1)
         assert info.value.err_code == 10071 and "wrong last sequence" in str(info.value)
         assert [m for _, m, _ in read_all(cluster, stream)] == ["a", "b", "c"]
+
+
+def test_retry_after_the_duplicate_window_gets_wrong_last_sequence(
+    nats_cluster: NatsCluster, nats_single: NatsCluster
+) -> None:
+    """Once the id has left the stream's duplicate window, 2.9.10 forgets it: the retry
+    with Nats-Msg-Id + Nats-Expected-Last-Sequence is refused with 10071 "wrong last
+    sequence: N" although the append *is* stored (seq N) -- the backend must read the
+    stream's last message and compare its id to tell this from a lost race. Without
+    the expected sequence the same retry would store a second copy."""
+    from nats.js.errors import BadRequestError
+
+    for cluster, replicas in ((nats_single, 1), (nats_cluster, 3)):
+        stream, subject = _names()
+
+        async def scenario(cluster: NatsCluster = cluster, stream: str = stream,
+                           subject: str = subject, replicas: int = replicas) -> tuple:
+            async with connect(cluster.urls) as nc:
+                js = nc.jetstream(timeout=5.0)
+                await js.add_stream(name=stream, subjects=[subject], num_replicas=replicas,
+                                    duplicate_window=0.2)
+                h = {"Nats-Msg-Id": "a", "Nats-Expected-Last-Sequence": "0"}
+                first = await js.publish(subject, b"a", headers=h)
+                t0 = time.monotonic()
+                dups = 0
+                while True:  # duplicate acks until the server purges the id
+                    try:
+                        ack = await js.publish(subject, b"a", headers=h)
+                    except BadRequestError as exc:
+                        refused = exc
+                        break
+                    assert (ack.seq, ack.duplicate) == (1, True)
+                    dups += 1
+                    assert time.monotonic() - t0 < 10, "the id never left the window"
+                    await asyncio.sleep(0.05)
+                last = await js.get_last_msg(stream, subject)
+                return first, refused, dups, time.monotonic() - t0, last
+
+        first, refused, dups, took, last = run(scenario)
+        print(f"R{replicas}: {dups} duplicate acks, then after {took:.2f} s: {refused}")
+        assert first.seq == 1
+        assert refused.err_code == 10071 and "wrong last sequence: 1" in str(refused)
+        # the refused retry's append is there: the last message carries its id
+        assert last.seq == 1 and (last.headers or {}).get("Nats-Msg-Id") == "a"
