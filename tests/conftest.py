@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from natscluster import NatsCluster
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +31,62 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--torture-seed", type=int, default=None, metavar="N",
         help="the seed of every torture test (what a failure printed), to reproduce it",
     )
+
+
+# -- NATS JetStream clusters (issue 17): tests/natscluster.py --------------------------
+
+NATS_MISSING = "nats-server not found: install Debian's nats-server to run the JetStream tests"
+NATS_PY_MISSING = "the nats module (nats-py) is missing: pip install 'ctxledger[jetstream]'"
+
+
+def _nats_binary_or_skip() -> str:
+    """The nats-server binary; skip (or fail under CTXLEDGER_REQUIRE_NATS=1) without it."""
+    from natscluster import nats_binary
+
+    reason = None
+    binary = nats_binary()
+    if binary is None:
+        reason = NATS_MISSING
+    else:
+        try:
+            import nats  # noqa: F401
+        except ImportError:
+            reason = NATS_PY_MISSING
+    if reason is not None:
+        if os.environ.get("CTXLEDGER_REQUIRE_NATS") == "1":
+            pytest.fail(f"{reason} (CTXLEDGER_REQUIRE_NATS=1)", pytrace=False)
+        pytest.skip(reason)
+    assert binary is not None
+    return binary
+
+
+def _nats_cluster(factory: pytest.TempPathFactory, name: str, size: int) -> Iterator[NatsCluster]:
+    from natscluster import NatsCluster
+
+    binary = _nats_binary_or_skip()
+    cluster = NatsCluster(factory.mktemp(name), size=size, binary=binary)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """A 3-node JetStream cluster shared by the session; a test that kills nodes must
+    restore it (``restart_dead()``, then ``wait_for_leader`` of its streams) or use
+    ``nats_cluster_fresh``."""
+    yield from _nats_cluster(tmp_path_factory, "nats-cluster", 3)
+
+
+@pytest.fixture(scope="session")
+def nats_single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """One JetStream node (R1 streams), shared by the session."""
+    yield from _nats_cluster(tmp_path_factory, "nats-single", 1)
+
+
+@pytest.fixture
+def nats_cluster_fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """A 3-node JetStream cluster of this test's own (for tests that kill nodes)."""
+    yield from _nats_cluster(tmp_path_factory, "nats-fresh", 3)
