@@ -161,12 +161,14 @@ class Connection:
             peers=peers,
         )
 
-    def create_stream(self, stream: str, subjects: list[str], replicas: int) -> None:
-        """Create the stream (file storage, nothing ever expires or is discarded)."""
+    def create_stream(self, stream: str, subjects: list[str], replicas: int,
+                      duplicate_window: float = 120.0) -> None:
+        """Create the stream (file storage, nothing ever expires or is discarded); a
+        publish's message id is remembered for ``duplicate_window`` seconds."""
         cfg = api.StreamConfig(
             name=stream, subjects=subjects, num_replicas=replicas,
             storage=api.StorageType.FILE, retention=api.RetentionPolicy.LIMITS,
-            discard=api.DiscardPolicy.NEW, allow_direct=True, duplicate_window=120.0,
+            discard=api.DiscardPolicy.NEW, allow_direct=True, duplicate_window=duplicate_window,
         )
         try:
             self.call(self._js.add_stream(cfg))
