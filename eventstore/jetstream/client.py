@@ -88,7 +88,7 @@ class Connection:
         try:
             self._nc = self._run(nats.connect(
                 servers=self.servers, name=name, connect_timeout=connect_timeout,
-                allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                allow_reconnect=True, max_reconnect_attempts=2, reconnect_time_wait=0.25,
                 error_cb=self._quiet, disconnected_cb=self._noop, reconnected_cb=self._noop,
                 closed_cb=self._noop,
             ), connect_timeout * max(1, len(self.servers)) + 5)
@@ -97,6 +97,10 @@ class Connection:
             raise LogUnavailableError(
                 f"cannot connect to NATS at {', '.join(self.servers)}: {_describe(e)}"
             ) from e
+        # the first connect tries each server a few times and gives up (a wrong URL is
+        # an error now); once connected, a lost server is reconnected to for ever, so
+        # a long-lived handle outlives an outage (nats-py reads this option each time)
+        self._nc.options["max_reconnect_attempts"] = -1
         self._js = self._nc.jetstream(timeout=request_timeout)
         self.max_payload: int = int(self._nc.max_payload)
 
