@@ -11,10 +11,8 @@
   two or more of the terms, the rarest terms' docs, boosted docs) and keep
   that answer when no other doc's bound reaches it; otherwise terms are taken
   rarest first and a term whose best possible contribution cannot lift an
-  unseen doc into the top k is only *probed* for the candidates (MaxScore);
-  when a single big term is left, its impact-ordered doc list yields the best
-  remaining docs directly.  Small queries never leave plain Python (no
-  per-call numpy overhead).
+  unseen doc into the top k is only *probed* for the candidates (MaxScore).
+  Small queries never leave plain Python (no per-call numpy overhead).
 
 See docs/recall.md for the semantics and the layout.
 """

@@ -15,8 +15,10 @@ Terms are *small* (postings sorted by doc: ``post_doc``/``post_tf``) or *big*
 (in at least ``max(BIG_MIN_DOCS, n / BIG_FRACTION)`` docs): a big term keeps a
 dense per-doc tf row (``big_tf``) for O(1) probes and its docs in *impact
 order* (``imp_doc``: grouped by tf, each group by doc length ascending, then
-doc id descending), so the best docs for that term alone come first whatever
-the average length is.  See docs/recall.md, "Index layout".
+doc id descending).  MaxScore reads the tf groups and each group's shortest
+doc (exact score bounds, a term's tf >= 2 docs apart); the order inside a group
+served the impact-order walk, since removed, and is kept so that the stored
+layout stays the same.  See docs/recall.md, "Index layout".
 """
 
 from __future__ import annotations
