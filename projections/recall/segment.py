@@ -1,9 +1,9 @@
 """Building frozen, columnar index segments: a bulk build, or a merge of a base and new docs.
 
 A segment is a :class:`~.columns.Segment`: typed groups of flat numpy arrays
-(:mod:`.layout` writes and reads them as bytes); it can live on top of a ``bytes``/``mmap`` buffer
-without copying, so opening a checkpointed index costs a header parse, not a
-rebuild. New docs are tokenised in bulk (:mod:`.bulk_tokens`) and their values
+(:mod:`.layout` writes and reads them as bytes); it can live on top of a
+``bytes``/``mmap`` buffer without copying, so opening a checkpointed index costs
+a header parse, not a rebuild. New docs are tokenised in bulk (:mod:`.bulk_tokens`) and their values
 normalised by :mod:`.normalize`.
 
 Documents are numbered by ``(created_at, cache_key descending)``: "created at
@@ -11,10 +11,10 @@ or after T" is a suffix of the doc ids and of every posting list, and among
 docs of equal score a higher id is the better one (newest, then smallest
 cache_key), which is the ranking's tie-break.
 
-Terms are *small* (postings sorted by doc: ``post_doc``/``post_tf``) or *big*
-(in at least ``max(BIG_MIN_DOCS, n / BIG_FRACTION)`` docs): a big term keeps a
-dense per-doc tf row (``big_tf``) for O(1) probes and its docs in *impact
-order* (``imp_doc``: grouped by tf, each group by doc length ascending, then
+Terms are *small* (postings sorted by doc: ``terms.post_doc``/``post_tf``) or
+*big* (in at least ``max(BIG_MIN_DOCS, n / BIG_FRACTION)`` docs): a big term keeps
+a dense per-doc tf row (``big_tf``) for O(1) probes and its docs in *impact
+order* (``big.entries``: grouped by tf, each group by doc length ascending, then
 doc id descending).  MaxScore reads the tf groups and each group's shortest
 doc (exact score bounds, a term's tf >= 2 docs apart); the order inside a group
 served the impact-order walk, since removed, and is kept so that the stored
@@ -97,8 +97,7 @@ def seg_postings(seg: Segment) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def assemble(base: Segment | None, keep: np.ndarray | None,
              docs: Sequence[RecallDoc]) -> Segment:
     """A new segment from the kept docs of ``base`` plus ``docs`` (tokenised here)."""
-    bd = None if base is None else base.docs
-    nb = 0 if bd is None else int(len(bd.created))
+    nb = 0 if base is None else int(len(base.docs.created))
     if base is not None and keep is None:
         keep = np.ones(nb, dtype=bool)
     # keep is an array whenever base is given (set just above); mypy cannot link the two
@@ -135,8 +134,8 @@ def assemble(base: Segment | None, keep: np.ndarray | None,
 
     # ---- per-doc numbers
     est = np.empty(n, dtype=I64)
-    if bd is not None:
-        est[:nk] = bd.est[kept]
+    if base is not None:
+        est[:nk] = base.docs.est[kept]
     est[nk:] = np.fromiter(map(attrgetter("est_bytes"), docs), dtype=I64, count=nd)
     est = est[order]
     est = est.astype(np.uint32) if (n == 0 or (int(est.min()) >= 0 and int(
@@ -160,8 +159,8 @@ def assemble(base: Segment | None, keep: np.ndarray | None,
         tnames = decode_strings(base.targets.blob, base.targets.off)
     tmap = _AutoIds((t, i) for i, t in enumerate(tnames))
     tgt = np.empty(n, dtype=I64)
-    if bd is not None:
-        tgt[:nk] = bd.tgt[kept]
+    if base is not None:
+        tgt[:nk] = base.docs.tgt[kept]
     tgt[nk:] = np.fromiter(map(tmap.__getitem__, map(attrgetter("target"), docs)), dtype=I64,
                            count=nd)
     tnames = list(tmap)
@@ -177,9 +176,9 @@ def assemble(base: Segment | None, keep: np.ndarray | None,
     # ---- summaries
     sum_parts: list[np.ndarray] = []
     lens = np.empty(n, dtype=I64)
-    if bd is not None and nk:
-        boff = bd.sum_off
-        sum_parts.append(gather_ranges(boff, bd.sum_blob, kept))
+    if base is not None and nk:
+        boff = base.docs.sum_off
+        sum_parts.append(gather_ranges(boff, base.docs.sum_blob, kept))
         lens[:nk] = (boff[kept + 1].astype(I64) - boff[kept].astype(I64))
     sums = list(map(attrgetter("summary"), docs))
     joined = "".join(sums)
