@@ -41,9 +41,6 @@ VARIANTS: dict[str, dict[str, int]] = {
     "no direct (narrow filters)": dict(DIRECT_MAX=-1),
     "no pair": dict(PAIR_MIN=10**9, MULTI_MAX=0),
     "no multi": dict(MULTI_MAX=0),
-    "no walk (impact order)": dict(WALK_MAX=0),
-    "no batch (MaxScore)": dict(BATCH=0),
-    "no dense probe": dict(DENSE_PROBE=10**9),
 }
 
 

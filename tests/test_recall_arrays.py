@@ -95,3 +95,29 @@ def test_sort_pairs_is_sorted_of_the_pairs(pairs: list[tuple[int, int]], dedupe:
     ga, gb = sort_pairs(a, b, dedupe)
     want = sorted(set(pairs)) if dedupe else sorted(pairs)
     assert list(zip(ga.tolist(), gb.tolist(), strict=True)) == want
+
+
+def test_the_layout_names_every_field_of_a_segment_once() -> None:
+    """``layout.ARRAYS`` (stored name -> group, field) covers every array field of
+    ``columns.Segment`` exactly once, and ``Tables`` has one field per table."""
+    import attrs
+
+    from projections.recall.columns import Segment, Tables
+    from projections.recall.layout import ARRAYS
+    from projections.recall.normalize import TABLES
+
+    attrs.resolve_types(Segment)
+    attrs.resolve_types(Tables)
+    assert tuple(f.name for f in attrs.fields(Tables)) == TABLES
+    want: set[tuple[str, str]] = set()
+    for f in attrs.fields(Segment):
+        if f.name == "tables":
+            table_cols = attrs.fields(Tables)[0].type
+            want |= {(t, g.name) for t in TABLES for g in attrs.fields(table_cols)}
+        elif isinstance(f.type, type) and attrs.has(f.type):
+            want |= {(f.name, g.name) for g in attrs.fields(f.type)}
+        else:
+            want.add(("", f.name))
+    got = [(group, field) for _, group, field in ARRAYS]
+    assert len(got) == len(set(got)) == len({nm for nm, _, _ in ARRAYS})
+    assert set(got) == want

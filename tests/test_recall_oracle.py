@@ -74,12 +74,9 @@ LAYOUTS: dict[str, dict[str, int]] = {
     "mid": dict(BIG_MIN_DOCS=10**9, MID_IMPACT_DOCS=1),
     "big-mid": dict(BIG_MIN_DOCS=1, BIG_FRACTION=3, MID_IMPACT_DOCS=1),
 }
-#: ranking thresholds forced low: MaxScore's batch, dense probes, walks giving up
+#: ranking thresholds forced: multi taking no term whole (only docs with two or more)
 TWEAKS: dict[str, dict[str, int]] = {
     "none": {},
-    "probe": dict(BATCH=0),
-    "dense-probe": dict(BATCH=0, DENSE_PROBE=0),
-    "walk-giveup": dict(WALK_MAX=1),
     "multi-pairs": dict(MULTI_WHOLE=0),
 }
 

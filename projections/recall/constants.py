@@ -48,8 +48,6 @@ BIG_FRACTION = 8
 TINY = 48
 #: a filter/scope narrower than this is scored directly (every doc probed)
 DIRECT_MAX = 4096
-#: give up walking a big term's impact order after this many skipped docs
-WALK_MAX = 4096
 #: two-term queries whose rarer term is in at least this many docs try the
 #: "docs with both terms" shortcut first
 PAIR_MIN = 512
@@ -62,7 +60,3 @@ MULTI_WHOLE = 256
 #: neither shortcut when more docs than this got a structured boost (a path
 #: query's many files): MaxScore starts from those docs instead
 SHORTCUT_BOOSTS = 256
-#: probing a small term for more docs than this scatters its tf's into a dense row
-DENSE_PROBE = 512
-#: MaxScore scans the rarest units together up to this many postings
-BATCH = 2048

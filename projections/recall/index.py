@@ -11,10 +11,8 @@
   two or more of the terms, the rarest terms' docs, boosted docs) and keep
   that answer when no other doc's bound reaches it; otherwise terms are taken
   rarest first and a term whose best possible contribution cannot lift an
-  unseen doc into the top k is only *probed* for the candidates (MaxScore);
-  when a single big term is left, its impact-ordered doc list yields the best
-  remaining docs directly.  Small queries never leave plain Python (no
-  per-call numpy overhead).
+  unseen doc into the top k is only *probed* for the candidates (MaxScore).
+  Small queries never leave plain Python (no per-call numpy overhead).
 
 See docs/recall.md for the semantics and the layout.
 """
@@ -32,6 +30,7 @@ import numpy as np
 
 from . import strategies
 from .arrays import EMPTY_I, HashTable, isin_sorted, mview, no_gc, uniq
+from .columns import Segment
 from .hits import hit
 from .layout import M_KEYHEX, M_TBASE, decode_strings, seg_from_bytes, seg_to_bytes
 from .match import filter_sets, structured, table_exact, value_docs
@@ -51,18 +50,19 @@ class RecallIndex:
         self._load(empty_segment())
 
     # ------------------------------------------------------------ state
-    def _load(self, seg: dict[str, np.ndarray]) -> None:
+    def _load(self, seg: Segment) -> None:
         self._seg = seg
-        self._nb = nb = int(len(seg["created"]))
+        docs = seg.docs
+        self._nb = nb = int(len(docs.created))
         self._n = nb
-        self._created: np.ndarray = seg["created"]
-        self._dl: np.ndarray = seg["dl"]
-        self._tgt: np.ndarray = seg["tgt"]
-        self._est: np.ndarray = seg["est"]
+        self._created: np.ndarray = docs.created
+        self._dl: np.ndarray = docs.dl
+        self._tgt: np.ndarray = docs.tgt
+        self._est: np.ndarray = docs.est
         self._alive: np.ndarray | None = None  # None: every base doc alive, no delta
         self._mutable = False
         self._live_n = nb
-        self._live_len = int(seg["dl"].sum(dtype=np.int64))
+        self._live_len = int(docs.dl.sum(dtype=np.int64))
         self._cum: np.ndarray | None = None
         self._removed: set[int] = set()
         self._removed_arr: np.ndarray | None = None
@@ -78,21 +78,21 @@ class RecallIndex:
         self._nrmc: tuple[Any, np.ndarray] | None = None
         self._nrm_last: Any = None
         self._darr: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
-        meta = seg["meta"]
+        meta = seg.meta
         self._keyhex = bool(int(meta[M_KEYHEX]))
         self._tbase = [int(x) for x in meta[M_TBASE :].tolist()]
-        self._terms = HashTable(seg["term_hash"], seg["term_off"], seg["term_blob"])
-        self._keyhash = HashTable(seg["key_hash"], seg["key_off"], seg["key_blob"])
-        self._tabs = {t: Table.of(seg, t) for t in TABLES}
-        self._imp = ImpactOrders.of(seg, "imp_", "imp_doc")  # big terms: doc ids
-        self._mimp = ImpactOrders.of(seg, "mimp_", "mimp_pos")  # mid terms: positions
-        self._post = Postings.of(seg)
-        self._docs = BaseDocs.of(seg)
-        self._tgts = Targets.of(seg)
-        self._tg = Trigrams.of(seg)
-        self._big = {int(t): b for b, t in enumerate(seg["big_tid"].tolist())}
-        self._midmap = {int(t): m for m, t in enumerate(seg["mimp_tid"].tolist())}
-        self._rows = seg["big_tf"].reshape(len(self._big), nb) if nb else \
+        self._terms = HashTable(seg.terms.hash, seg.terms.off, seg.terms.blob)
+        self._keyhash = HashTable(docs.key_hash, docs.key_off, docs.key_blob)
+        self._tabs = {t: Table.of(c) for t, c in zip(TABLES, seg.tables.in_order(), strict=True)}
+        self._imp = ImpactOrders.of(seg.big)  # big terms: doc ids
+        self._mimp = ImpactOrders.of(seg.mid)  # mid terms: positions
+        self._post = Postings.of(seg.terms)
+        self._docs = BaseDocs.of(docs)
+        self._tgts = Targets.of(seg.targets)
+        self._tg = Trigrams.of(seg.trigrams)
+        self._big = {int(t): b for b, t in enumerate(seg.big.tid.tolist())}
+        self._midmap = {int(t): m for m, t in enumerate(seg.mid.tid.tolist())}
+        self._rows = seg.big_tf.reshape(len(self._big), nb) if nb else \
             np.zeros((len(self._big), 0), np.uint8)
         self._rowmv = [mview(self._rows[b]) for b in range(len(self._big))]
         self._vcache: dict[int, tuple[int, str]] = {}
@@ -334,7 +334,7 @@ class RecallIndex:
     def _cumdl(self) -> np.ndarray:
         if self._cum is None:
             cum = np.zeros(self._nb + 1, dtype=np.int64)
-            np.cumsum(self._seg["dl"], out=cum[1:])
+            np.cumsum(self._seg.docs.dl, out=cum[1:])
             self._cum = cum
         return self._cum
 
@@ -352,7 +352,7 @@ class RecallIndex:
         if nb == 0 or cmv[0] >= la:
             i0 = 0
         else:
-            i0 = int(np.searchsorted(self._seg["created"], la, "left"))
+            i0 = int(np.searchsorted(self._seg.docs.created, la, "left"))
         if i0 == 0 and self._n == nb:
             return self._live_n, self._live_len, 0
         cum = self._cumdl()
@@ -362,7 +362,7 @@ class RecallIndex:
             r = self._removed_sorted()
             r = r[r >= i0]
             n -= len(r)
-            total -= int(self._seg["dl"][r].sum(dtype=np.int64))
+            total -= int(self._seg.docs.dl[r].sum(dtype=np.int64))
         if self._n > nb:
             assert self._alive is not None
             m = (self._alive[nb : self._n] != 0) & (self._created[nb : self._n] >= la)
@@ -511,9 +511,9 @@ class RecallIndex:
         q.la, q.i0, q.since, q.until = la, i0, since, until
         q.lo, q.hi = i0, self._nb
         if since is not None and self._nb:
-            q.lo = max(q.lo, int(np.searchsorted(self._seg["created"], since, "left")))
+            q.lo = max(q.lo, int(np.searchsorted(self._seg.docs.created, since, "left")))
         if until is not None and self._nb:
-            q.hi = int(np.searchsorted(self._seg["created"], until, "right"))
+            q.hi = int(np.searchsorted(self._seg.docs.created, until, "right"))
         qtoks = rq.tokens
         q.ntok = len(qtoks)
         for tok in qtoks:

@@ -13,9 +13,20 @@ import json
 import struct
 from typing import Any
 
+import attrs
 import blake3
 import numpy as np
 
+from .columns import (
+    DocCols,
+    ImpactCols,
+    Segment,
+    TableCols,
+    Tables,
+    TargetCols,
+    TermCols,
+    TrigramCols,
+)
 from .normalize import TABLES, dec
 
 MAGIC = b"CTXRECL2"
@@ -34,13 +45,54 @@ def decode_strings(blob: np.ndarray, off: np.ndarray) -> list[str]:
     return [dec(b[o[i] : o[i + 1]]) for i in range(len(o) - 1)]
 
 
-def seg_to_bytes(seg: dict[str, np.ndarray]) -> bytes:
-    names = sorted(seg)
+#: The one table of names: each stored array's name on disk, and the group and field
+#: of :class:`~.columns.Segment` that holds it (group ``""``: a field of the segment
+#: itself; a table's name: that field of ``Segment.tables``). Arrays are written in
+#: name order, so the bytes do not depend on the order of this table.
+ARRAYS: tuple[tuple[str, str, str], ...] = (
+    ("meta", "", "meta"), ("big_tf", "", "big_tf"),
+    ("created", "docs", "created"), ("dl", "docs", "dl"), ("est", "docs", "est"),
+    ("tgt", "docs", "tgt"), ("sum_blob", "docs", "sum_blob"), ("sum_off", "docs", "sum_off"),
+    ("dv_off", "docs", "dv_off"), ("dv_val", "docs", "dv_val"),
+    ("key_bin", "docs", "key_bin"), ("key_blob", "docs", "key_blob"),
+    ("key_off", "docs", "key_off"), ("key_hash", "docs", "key_hash"),
+    ("term_blob", "terms", "blob"), ("term_off", "terms", "off"),
+    ("term_hash", "terms", "hash"), ("term_ub", "terms", "ub"),
+    ("ub_avgdl", "terms", "ub_avgdl"), ("post_off", "terms", "post_off"),
+    ("post_doc", "terms", "post_doc"), ("post_tf", "terms", "post_tf"),
+    ("big_tid", "big", "tid"), ("imp_doc", "big", "entries"), ("imp_off", "big", "off"),
+    ("imp_goff", "big", "goff"), ("imp_gtf", "big", "gtf"), ("imp_gstart", "big", "gstart"),
+    ("imp_gdl", "big", "gdl"),
+    ("mimp_tid", "mid", "tid"), ("mimp_pos", "mid", "entries"), ("mimp_off", "mid", "off"),
+    ("mimp_goff", "mid", "goff"), ("mimp_gtf", "mid", "gtf"),
+    ("mimp_gstart", "mid", "gstart"), ("mimp_gdl", "mid", "gdl"),
+    ("tgt_blob", "targets", "blob"), ("tgt_off", "targets", "off"),
+    ("tgtd_off", "targets", "doc_off"), ("tgtd_doc", "targets", "doc"),
+    ("tg_code", "trigrams", "code"), ("tg_off", "trigrams", "off"),
+    ("tg_val", "trigrams", "val"),
+) + tuple((f"{t}_{f.name}", t, f.name) for t in TABLES for f in attrs.fields(TableCols))
+
+#: the class of each group of ARRAYS
+_GROUPS: dict[str, type[Any]] = {
+    "docs": DocCols, "terms": TermCols, "big": ImpactCols, "mid": ImpactCols,
+    "targets": TargetCols, "trigrams": TrigramCols, **dict.fromkeys(TABLES, TableCols)}
+_ALLOWED_DTYPES = {"|u1", "<u2", "<u4", "<u8", "<i4", "<i8", "<f4", "<f8", "|i1"}
+
+
+def _group_of(seg: Segment, group: str) -> Any:
+    if not group:
+        return seg
+    if group in TABLES:
+        return getattr(seg.tables, group)
+    return getattr(seg, group)
+
+
+def seg_to_bytes(seg: Segment) -> bytes:
     specs = []
     pos = 0
     chunks: list[bytes] = []
-    for nm in names:
-        a = np.ascontiguousarray(seg[nm])
+    for nm, group, field in sorted(ARRAYS):
+        a = np.ascontiguousarray(getattr(_group_of(seg, group), field))
         pad = (-pos) % _ALIGN
         if pad:
             chunks.append(b"\0" * pad)
@@ -56,19 +108,21 @@ def seg_to_bytes(seg: dict[str, np.ndarray]) -> bytes:
     return body + blake3.blake3(body).digest()
 
 
-_PER_TABLE = ("vblob", "voff", "vd_off", "vd_doc", "kblob", "koff", "khash", "kv_off", "kv_val")
-_REQUIRED = {"meta", "key_hash", "created", "dl", "est", "tgt", "tgt_blob", "tgt_off", "tgtd_off",
-             "tgtd_doc", "key_bin", "key_blob", "key_off", "sum_blob", "sum_off", "dv_off",
-             "dv_val", "term_blob", "term_off", "term_hash", "term_ub", "ub_avgdl",
-             "post_off", "post_doc", "post_tf", "big_tid", "big_tf", "imp_off", "imp_doc",
-             "imp_goff", "imp_gtf", "imp_gstart", "tg_code", "tg_off", "tg_val", "mimp_tid",
-             "mimp_off", "mimp_pos", "mimp_goff", "mimp_gtf", "mimp_gstart", "imp_gdl",
-             "mimp_gdl"} | {
-    f"{t}_{s}" for t in TABLES for s in _PER_TABLE}
-_ALLOWED_DTYPES = {"|u1", "<u2", "<u4", "<u8", "<i4", "<i8", "<f4", "<f8", "|i1"}
+def _segment(named: dict[str, np.ndarray]) -> Segment:
+    """The typed segment of a checkpoint's arrays by name (ValueError: one is missing;
+    names not in :data:`ARRAYS` are ignored)."""
+    missing = sorted({nm for nm, _, _ in ARRAYS} - set(named))
+    if missing:
+        raise ValueError(f"recall index: missing arrays {missing[:3]}")
+    fields: dict[str, dict[str, Any]] = {}
+    for nm, group, field in ARRAYS:
+        fields.setdefault(group, {})[field] = named[nm]
+    groups = {g: _GROUPS[g](**f) for g, f in fields.items() if g}
+    tables = Tables(**{t: groups.pop(t) for t in TABLES})
+    return Segment(**fields[""], **groups, tables=tables)
 
 
-def seg_from_bytes(data: Any, verify: bool = True) -> dict[str, np.ndarray]:
+def seg_from_bytes(data: Any, verify: bool = True) -> Segment:
     """Parse :func:`seg_to_bytes` output (zero-copy); ValueError when it is not valid."""
     try:
         mv = memoryview(data).cast("B")
@@ -91,7 +145,7 @@ def seg_from_bytes(data: Any, verify: bool = True) -> dict[str, np.ndarray]:
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"recall index: unreadable header ({e})") from None
     base = hstart + hlen + ((-(hstart + hlen)) % _ALIGN)
-    seg: dict[str, np.ndarray] = {}
+    named: dict[str, np.ndarray] = {}
     try:
         for nm, dt, count, off in specs:
             if dt not in _ALLOWED_DTYPES:
@@ -101,70 +155,59 @@ def seg_from_bytes(data: Any, verify: bool = True) -> dict[str, np.ndarray]:
             stop = start + int(count) * dtype.itemsize
             if stop > end or start < base or count < 0:
                 raise ValueError(f"array {nm} out of bounds")
-            seg[str(nm)] = np.frombuffer(mv, dtype=dtype, count=int(count), offset=start)
+            named[str(nm)] = np.frombuffer(mv, dtype=dtype, count=int(count), offset=start)
     except (TypeError, ValueError) as e:
         raise ValueError(f"recall index: bad array table ({e})") from None
+    seg = _segment(named)
     _check(seg)
     return seg
 
 
-def _check(seg: dict[str, np.ndarray]) -> None:
+def _off_ok(off: np.ndarray, data: np.ndarray, count: int) -> bool:
+    """``off`` is a CSR offset array of ``count`` ranges covering ``data``."""
+    return len(off) == count + 1 and int(off[0]) == 0 and int(off[-1]) == len(data)
+
+
+def _hash_ok(h: np.ndarray, count: int) -> bool:
+    """``h`` is an open-addressing table (power-of-two size) of ids below ``count``."""
+    return (len(h) & (len(h) - 1)) == 0 and (not len(h) or int(h.max()) < count)
+
+
+def _check(seg: Segment) -> None:
     """Cheap structural checks (lengths and end offsets), so lookups stay in bounds."""
-    missing = _REQUIRED - set(seg)
-    if missing:
-        raise ValueError(f"recall index: missing arrays {sorted(missing)[:3]}")
-    n = len(seg["created"])
-    meta = seg["meta"]
-
-    def off_ok(off: str, data: str, count: int) -> bool:
-        o = seg[off]
-        return len(o) == count + 1 and int(o[0]) == 0 and int(o[-1]) == len(seg[data])
-
+    docs, terms, tg, tgt = seg.docs, seg.terms, seg.trigrams, seg.targets
+    n = len(docs.created)
+    meta = seg.meta
     ok = len(meta) == M_LEN
     if ok:
         tb = meta[M_TBASE:].tolist()
-        counts = [len(seg[t + "_voff"]) - 1 for t in TABLES]
+        counts = [len(t.voff) - 1 for t in seg.tables.in_order()]
         ok = tb[0] == 0 and all(tb[i + 1] - tb[i] == counts[i] for i in range(len(TABLES)))
         if int(meta[M_KEYHEX]):
-            ok = ok and len(seg["key_bin"]) == 32 * n
+            ok = ok and len(docs.key_bin) == 32 * n
         else:
-            ok = ok and off_ok("key_off", "key_blob", n)
-    T = len(seg["term_off"]) - 1
-    B = len(seg["big_tid"])
-    ok = (ok and len(seg["dl"]) == n and len(seg["est"]) == n and len(seg["tgt"]) == n
-          and off_ok("sum_off", "sum_blob", n) and off_ok("dv_off", "dv_val", n)
-          and off_ok("tgt_off", "tgt_blob", len(seg["tgtd_off"]) - 1)
-          and off_ok("tgtd_off", "tgtd_doc", len(seg["tgt_off"]) - 1)
-          and len(seg["tgtd_doc"]) == n
-          and off_ok("term_off", "term_blob", T) and off_ok("post_off", "post_doc", T)
-          and len(seg["post_tf"]) == len(seg["post_doc"])
-          and len(seg["term_ub"]) == T and len(seg["ub_avgdl"]) == 1
-          and len(seg["big_tf"]) == B * n and off_ok("imp_off", "imp_doc", B)
-          and off_ok("imp_goff", "imp_gtf", B) and len(seg["imp_gstart"]) == len(seg["imp_gtf"])
-          and off_ok("tg_off", "tg_val", len(seg["tg_code"]))
-          and off_ok("mimp_off", "mimp_pos", len(seg["mimp_tid"]))
-          and off_ok("mimp_goff", "mimp_gtf", len(seg["mimp_tid"]))
-          and len(seg["mimp_gstart"]) == len(seg["mimp_gtf"]) == len(seg["mimp_gdl"])
-          and len(seg["imp_gdl"]) == len(seg["imp_gtf"]))
-    for t in TABLES:
-        nv = len(seg[t + "_voff"]) - 1
-        nk = len(seg[t + "_koff"]) - 1
-        ok = ok and off_ok(t + "_voff", t + "_vblob", nv) and off_ok(
-            t + "_vd_off", t + "_vd_doc", nv) and off_ok(t + "_koff", t + "_kblob", nk) and \
-            off_ok(t + "_kv_off", t + "_kv_val", nk)
-    if ok and B:
-        ok = int(seg["big_tid"].max()) < T and int(seg["big_tid"].min()) >= 0
-    if ok and len(seg["mimp_tid"]):
-        ok = int(seg["mimp_tid"].max()) < T and int(seg["mimp_tid"].min()) >= 0
-    kh = seg["key_hash"]
-    ok = ok and len(kh) > n and (len(kh) & (len(kh) - 1)) == 0 and (
-        not n or int(kh.max()) < n)
-    if ok and len(seg["term_hash"]):
-        h = seg["term_hash"]
-        ok = (len(h) & (len(h) - 1)) == 0 and int(h.max()) < T
-    for t in TABLES:
-        h = seg[t + "_khash"]
-        ok = ok and (len(h) & (len(h) - 1)) == 0 and (
-            not len(h) or int(h.max()) < len(seg[t + "_koff"]) - 1)
+            ok = ok and _off_ok(docs.key_off, docs.key_blob, n)
+    T = len(terms.off) - 1
+    ok = (ok and len(docs.dl) == n and len(docs.est) == n and len(docs.tgt) == n
+          and _off_ok(docs.sum_off, docs.sum_blob, n) and _off_ok(docs.dv_off, docs.dv_val, n)
+          and _off_ok(tgt.off, tgt.blob, len(tgt.doc_off) - 1)
+          and _off_ok(tgt.doc_off, tgt.doc, len(tgt.off) - 1) and len(tgt.doc) == n
+          and _off_ok(terms.off, terms.blob, T) and _off_ok(terms.post_off, terms.post_doc, T)
+          and len(terms.post_tf) == len(terms.post_doc)
+          and len(terms.ub) == T and len(terms.ub_avgdl) == 1
+          and len(seg.big_tf) == len(seg.big.tid) * n
+          and _off_ok(tg.off, tg.val, len(tg.code)))
+    for imp in (seg.big, seg.mid):
+        ok = (ok and _off_ok(imp.off, imp.entries, len(imp.tid))
+              and _off_ok(imp.goff, imp.gtf, len(imp.tid))
+              and len(imp.gstart) == len(imp.gtf) == len(imp.gdl)
+              and (not len(imp.tid) or (int(imp.tid.max()) < T and int(imp.tid.min()) >= 0)))
+    for t in seg.tables.in_order():
+        nv, nk = len(t.voff) - 1, len(t.koff) - 1
+        ok = (ok and _off_ok(t.voff, t.vblob, nv) and _off_ok(t.vd_off, t.vd_doc, nv)
+              and _off_ok(t.koff, t.kblob, nk) and _off_ok(t.kv_off, t.kv_val, nk)
+              and _hash_ok(t.khash, nk))
+    kh = docs.key_hash
+    ok = ok and len(kh) > n and _hash_ok(kh, n) and _hash_ok(terms.hash, T)
     if not ok:
         raise ValueError("recall index: inconsistent array lengths")

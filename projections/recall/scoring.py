@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import constants
 from .arrays import EMPTY_I, Member, isin_sorted
 from .constants import K1, B
 from .normalize import enc
@@ -170,17 +169,6 @@ def tf_np(ix: RecallIndex, t: Term, D: np.ndarray, delta: bool = True) -> np.nda
         out = np.zeros(len(D), dtype=np.int64)
         inb = D < nb
         out[inb] = ix._rows[t.big][D[inb]]
-    elif len(D) > constants.DENSE_PROBE and t.e - t.s > constants.DENSE_PROBE // 8:
-        # many docs: scatter the term's tf's into a dense row, then gather
-        ptf = ix._post.tf
-        dense = np.zeros(nb, dtype=ptf.dtype)
-        dense[ix._post.doc[t.s : t.e]] = ptf[t.s : t.e]
-        if int(D[-1]) < nb:
-            out = dense[D].astype(np.int64)
-        else:
-            out = np.zeros(len(D), dtype=np.int64)
-            inb = D < nb
-            out[inb] = dense[D[inb]]
     else:
         out = np.zeros(len(D), dtype=np.int64)
         if t.e > t.s and len(D):
@@ -352,7 +340,7 @@ def valid_np(ix: RecallIndex, q: QueryState, D: np.ndarray, exclude: np.ndarray 
 
 
 def valid_fn(ix: RecallIndex, q: QueryState, exclude: np.ndarray | None) -> Any:
-    """A per-doc validity test in plain Python (for walks and tiny sets)."""
+    """A per-doc validity test in plain Python (for tiny sets)."""
     cr = ix._created_mv
     alive = ix._alive_mv
     la, since, until = q.la, q.since, q.until

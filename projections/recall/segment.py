@@ -1,9 +1,9 @@
 """Building frozen, columnar index segments: a bulk build, or a merge of a base and new docs.
 
-A segment is a dict of flat numpy arrays (:mod:`.layout` lists them and writes
-and reads them as bytes); it can live on top of a ``bytes``/``mmap`` buffer
-without copying, so opening a checkpointed index costs a header parse, not a
-rebuild. New docs are tokenised in bulk (:mod:`.bulk_tokens`) and their values
+A segment is a :class:`~.columns.Segment`: typed groups of flat numpy arrays
+(:mod:`.layout` writes and reads them as bytes); it can live on top of a
+``bytes``/``mmap`` buffer without copying, so opening a checkpointed index costs
+a header parse, not a rebuild. New docs are tokenised in bulk (:mod:`.bulk_tokens`) and their values
 normalised by :mod:`.normalize`.
 
 Documents are numbered by ``(created_at, cache_key descending)``: "created at
@@ -11,12 +11,14 @@ or after T" is a suffix of the doc ids and of every posting list, and among
 docs of equal score a higher id is the better one (newest, then smallest
 cache_key), which is the ranking's tie-break.
 
-Terms are *small* (postings sorted by doc: ``post_doc``/``post_tf``) or *big*
-(in at least ``max(BIG_MIN_DOCS, n / BIG_FRACTION)`` docs): a big term keeps a
-dense per-doc tf row (``big_tf``) for O(1) probes and its docs in *impact
-order* (``imp_doc``: grouped by tf, each group by doc length ascending, then
-doc id descending), so the best docs for that term alone come first whatever
-the average length is.  See docs/recall.md, "Index layout".
+Terms are *small* (postings sorted by doc: ``terms.post_doc``/``post_tf``) or
+*big* (in at least ``max(BIG_MIN_DOCS, n / BIG_FRACTION)`` docs): a big term keeps
+a dense per-doc tf row (``big_tf``) for O(1) probes and its docs in *impact
+order* (``big.entries``: grouped by tf, each group by doc length ascending, then
+doc id descending).  MaxScore reads the tf groups and each group's shortest
+doc (exact score bounds, a term's tf >= 2 docs apart); the order inside a group
+served the impact-order walk, since removed, and is kept so that the stored
+layout stays the same.  See docs/recall.md, "Index layout".
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ from .arrays import (
     uint_dtype,
 )
 from .bulk_tokens import I32, I64, _AutoIds, _NewDocs, tokenize_docs
+from .columns import (
+    DocCols,
+    ImpactCols,
+    Segment,
+    TableCols,
+    Tables,
+    TargetCols,
+    TermCols,
+    TrigramCols,
+)
 from .layout import M_KEYHEX, M_LEN, M_TBASE, decode_strings
 from .normalize import (
     _ENCODE,
@@ -54,24 +66,25 @@ from .types import RecallDoc
 
 U8 = np.uint8
 
-def seg_keys(seg: dict[str, np.ndarray]) -> list[str]:
+def seg_keys(seg: Segment) -> list[str]:
     """Every doc's cache_key, in doc order."""
-    if int(seg["meta"][M_KEYHEX]):
-        raw = seg["key_bin"].tobytes()
+    if int(seg.meta[M_KEYHEX]):
+        raw = seg.docs.key_bin.tobytes()
         return [raw[i : i + 32].hex() for i in range(0, len(raw), 32)]
-    return decode_strings(seg["key_blob"], seg["key_off"])
+    return decode_strings(seg.docs.key_blob, seg.docs.key_off)
 
 
-def seg_postings(seg: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def seg_postings(seg: Segment) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All (tid, doc, tf) postings of a segment (small and big terms), unsorted."""
-    poff = seg["post_off"].astype(I64)
+    terms = seg.terms
+    poff = terms.post_off.astype(I64)
     tid = [np.repeat(np.arange(len(poff) - 1, dtype=I64), np.diff(poff))]
-    doc = [seg["post_doc"].astype(I64)]
-    tf = [seg["post_tf"].astype(I64)]
-    n = len(seg["created"])
-    big = seg["big_tid"]
+    doc = [terms.post_doc.astype(I64)]
+    tf = [terms.post_tf.astype(I64)]
+    n = len(seg.docs.created)
+    big = seg.big.tid
     if len(big) and n:
-        rows = seg["big_tf"].reshape(len(big), n)
+        rows = seg.big_tf.reshape(len(big), n)
         for b, t in enumerate(big.tolist()):
             d = np.flatnonzero(rows[b])
             tid.append(np.full(len(d), t, dtype=I64))
@@ -81,10 +94,10 @@ def seg_postings(seg: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np
 
 
 # ---------------------------------------------------------------- building
-def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
-             docs: Sequence[RecallDoc]) -> dict[str, np.ndarray]:
+def assemble(base: Segment | None, keep: np.ndarray | None,
+             docs: Sequence[RecallDoc]) -> Segment:
     """A new segment from the kept docs of ``base`` plus ``docs`` (tokenised here)."""
-    nb = 0 if base is None else int(len(base["created"]))
+    nb = 0 if base is None else int(len(base.docs.created))
     if base is not None and keep is None:
         keep = np.ones(nb, dtype=bool)
     # keep is an array whenever base is given (set just above); mypy cannot link the two
@@ -97,7 +110,7 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     created = np.empty(n, dtype=np.float64)
     keys: list[str] = []
     if base is not None:
-        created[:nk] = base["created"][kept]
+        created[:nk] = base.docs.created[kept]
         allk = seg_keys(base)
         keys = [allk[i] for i in kept.tolist()]
     created[nk:] = np.fromiter(map(attrgetter("created_at"), docs), dtype=np.float64, count=nd)
@@ -117,17 +130,15 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     old2new[kept] = newid[:nk]
     new_ids = newid[nk:]
 
-    seg: dict[str, np.ndarray] = {}
     meta = np.zeros(M_LEN, dtype=I64)
-    seg["created"] = created[order]
 
     # ---- per-doc numbers
     est = np.empty(n, dtype=I64)
     if base is not None:
-        est[:nk] = base["est"][kept]
+        est[:nk] = base.docs.est[kept]
     est[nk:] = np.fromiter(map(attrgetter("est_bytes"), docs), dtype=I64, count=nd)
     est = est[order]
-    seg["est"] = est.astype(np.uint32) if (n == 0 or (int(est.min()) >= 0 and int(
+    est = est.astype(np.uint32) if (n == 0 or (int(est.min()) >= 0 and int(
         est.max()) < (1 << 32))) else est
 
     # ---- keys
@@ -135,39 +146,39 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     kbin = _hex_keys(okeys)
     if kbin is not None:
         meta[M_KEYHEX] = 1
-        seg["key_bin"] = np.frombuffer(kbin, dtype=U8)
-        seg["key_blob"], seg["key_off"] = np.zeros(0, U8), np.zeros(1, np.uint32)
+        key_bin = np.frombuffer(kbin, dtype=U8)
+        key_blob, key_off = np.zeros(0, U8), np.zeros(1, np.uint32)
     else:
-        seg["key_bin"] = np.zeros(0, U8)
-        seg["key_blob"], seg["key_off"] = strings_blob(_encode_all(okeys))
+        key_bin = np.zeros(0, U8)
+        key_blob, key_off = strings_blob(_encode_all(okeys))
     del keys, okeys
 
     # ---- targets
     tnames: list[str] = []
     if base is not None:
-        tnames = decode_strings(base["tgt_blob"], base["tgt_off"])
+        tnames = decode_strings(base.targets.blob, base.targets.off)
     tmap = _AutoIds((t, i) for i, t in enumerate(tnames))
     tgt = np.empty(n, dtype=I64)
     if base is not None:
-        tgt[:nk] = base["tgt"][kept]
+        tgt[:nk] = base.docs.tgt[kept]
     tgt[nk:] = np.fromiter(map(tmap.__getitem__, map(attrgetter("target"), docs)), dtype=I64,
                            count=nd)
     tnames = list(tmap)
     tgt = tgt[order]
-    seg["tgt"] = tgt.astype(uint_dtype(len(tnames)))
-    seg["tgt_blob"], seg["tgt_off"] = strings_blob([enc(t) for t in tnames])
     tord = (np.sort((tgt.astype(np.uint64) << np.uint64(32)) | np.arange(n, dtype=np.uint64))
             & np.uint64(0xFFFFFFFF)).view(I64)  # docs by (target, id)
-    seg["tgtd_off"] = offsets(np.bincount(tgt, minlength=len(tnames)) if n else
-                              np.zeros(len(tnames), I64))
-    seg["tgtd_doc"] = tord.astype(I32)
+    targets = TargetCols(*strings_blob([enc(t) for t in tnames]),
+                         doc_off=offsets(np.bincount(tgt, minlength=len(tnames)) if n else
+                                         np.zeros(len(tnames), I64)),
+                         doc=tord.astype(I32))
+    tgt = tgt.astype(uint_dtype(len(tnames)))
 
     # ---- summaries
     sum_parts: list[np.ndarray] = []
     lens = np.empty(n, dtype=I64)
     if base is not None and nk:
-        boff = base["sum_off"]
-        sum_parts.append(gather_ranges(boff, base["sum_blob"], kept))
+        boff = base.docs.sum_off
+        sum_parts.append(gather_ranges(boff, base.docs.sum_blob, kept))
         lens[:nk] = (boff[kept + 1].astype(I64) - boff[kept].astype(I64))
     sums = list(map(attrgetter("summary"), docs))
     joined = "".join(sums)
@@ -183,18 +194,19 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     flat = np.concatenate(sum_parts)
     src = np.zeros(n + 1, dtype=I64)
     np.cumsum(lens, out=src[1:])
-    seg["sum_blob"] = flat if in_order else gather_ranges(src, flat, order)
-    seg["sum_off"] = offsets(lens[order])
+    sum_blob = flat if in_order else gather_ranges(src, flat, order)
+    sum_off = offsets(lens[order])
 
     # ---- structured tables and each doc's value list
     new = _NewDocs(docs)
-    _assemble_tables(seg, meta, base, kept, old2new, new, new_ids, order, n)
+    tables, trigrams, dv_off, dv_val = _assemble_tables(meta, base, kept, old2new, new,
+                                                        new_ids, order, n)
 
     # ---- postings
     base_terms: list[bytes] = []
     if base is not None:
-        tb = base["term_blob"].tobytes()
-        toff = base["term_off"].tolist()
+        tb = base.terms.blob.tobytes()
+        toff = base.terms.off.tolist()
         base_terms = [tb[toff[i] : toff[i + 1]] for i in range(len(toff) - 1)]
     term_ids = _AutoIds((dec(t), i) for i, t in enumerate(base_terms))
     nbt = len(term_ids)
@@ -202,7 +214,7 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
     all_terms = base_terms + _encode_all(list(term_ids)[nbt:])
     dl = np.empty(n, dtype=I64)
     if base is not None:
-        dl[:nk] = base["dl"][kept]
+        dl[:nk] = base.docs.dl[kept]
         btid, bdoc, btf = seg_postings(base)
         bdoc = old2new[bdoc]
         live = bdoc >= 0
@@ -211,7 +223,7 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         btid = bdoc = btf = np.zeros(0, I64)
     dl[nk:] = ndl
     dl = dl[order]
-    seg["dl"] = dl.astype(uint_dtype(int(dl.max()) if n else 0) if n and int(dl.max()) < (
+    dl_stored = dl.astype(uint_dtype(int(dl.max()) if n else 0) if n and int(dl.max()) < (
         1 << 31) else I64)
     fresh = base is None and in_order
     if fresh:  # already sorted by (tid, doc)
@@ -220,25 +232,34 @@ def assemble(base: dict[str, np.ndarray] | None, keep: np.ndarray | None,
         tid = np.concatenate((btid, ntid))
         doc = np.concatenate((bdoc, new_ids[ndoc] if len(ndoc) else ndoc))
         tf = np.concatenate((btf, ntf))
-    _assemble_postings(seg, tid, doc, tf, all_terms, dl, n, presorted=fresh)
-    seg["meta"] = meta
-    seg["key_hash"] = build_hash(key_items(seg))
-    return seg
+    terms, big, big_tf, mid = _assemble_postings(tid, doc, tf, all_terms, dl, n,
+                                                 presorted=fresh)
+    key_hash = build_hash(key_items(kbin is not None, key_bin, key_blob, key_off))
+    return Segment(
+        meta=meta,
+        docs=DocCols(created=created[order], dl=dl_stored, est=est, tgt=tgt,
+                     sum_blob=sum_blob, sum_off=sum_off, dv_off=dv_off, dv_val=dv_val,
+                     key_bin=key_bin, key_blob=key_blob, key_off=key_off, key_hash=key_hash),
+        terms=terms, big=big, big_tf=big_tf, mid=mid, targets=targets, trigrams=trigrams,
+        tables=tables)
 
 
-def key_items(seg: dict[str, np.ndarray]) -> list[bytes]:
+def key_items(hexkeys: bool, key_bin: np.ndarray, key_blob: np.ndarray,
+              key_off: np.ndarray) -> list[bytes]:
     """The stored form of every doc's cache_key (32 raw bytes, or UTF-8)."""
-    if int(seg["meta"][M_KEYHEX]):
-        raw = seg["key_bin"].tobytes()
+    if hexkeys:
+        raw = key_bin.tobytes()
         return [raw[i : i + 32] for i in range(0, len(raw), 32)]
-    b = seg["key_blob"].tobytes()
-    o = seg["key_off"].tolist()
+    b = key_blob.tobytes()
+    o = key_off.tolist()
     return [b[o[i] : o[i + 1]] for i in range(len(o) - 1)]
 
 
-def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndarray,
-                       tf: np.ndarray, all_terms: list[bytes], dl: np.ndarray, n: int,
-                       presorted: bool = False) -> None:
+def _assemble_postings(tid: np.ndarray, doc: np.ndarray, tf: np.ndarray,
+                       all_terms: list[bytes], dl: np.ndarray, n: int, presorted: bool = False
+                       ) -> tuple[TermCols, ImpactCols, np.ndarray, ImpactCols]:
+    """The terms and their postings, the big terms (impact orders, dense tf rows)
+    and the mid terms (impact orders)."""
     nt = len(all_terms)
     maxtf = int(tf.max()) if len(tf) else 0
     if presorted:
@@ -258,8 +279,8 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     terms = [all_terms[i] for i in used.tolist()]
     df = counts[used]
     T = len(terms)
-    seg["term_blob"], seg["term_off"] = strings_blob(terms)
-    seg["term_hash"] = build_hash(terms)
+    term_blob, term_off = strings_blob(terms)
+    term_hash = build_hash(terms)
     starts = np.zeros(T + 1, dtype=I64)
     np.cumsum(df, out=starts[1:])
     # per-term upper bound of tf*(k1+1)/(tf + k1*(1-b+b*dl/avgdl)) at this avgdl
@@ -274,11 +295,10 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         f /= den
         del den
         ub = np.maximum.reduceat(f, starts[:-1]).astype(np.float32)
-        seg["term_ub"] = np.nextafter(ub, np.float32(np.inf))
+        term_ub = np.nextafter(ub, np.float32(np.inf))
         del f
     else:
-        seg["term_ub"] = np.zeros(0, np.float32)
-    seg["ub_avgdl"] = np.array([avgdl], dtype=np.float64)
+        term_ub = np.zeros(0, np.float32)
     # big terms: dense tf rows + impact order
     big_min = max(constants.BIG_MIN_DOCS, n / constants.BIG_FRACTION)
     big = np.flatnonzero(df >= big_min)
@@ -288,37 +308,46 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
     big_of_tid[used[big]] = True
     small_mask = ~big_of_tid[tid] if len(tid) else np.zeros(0, bool)
     sdf = np.where(is_big, 0, df)
-    seg["post_off"] = offsets(sdf)
-    seg["post_doc"] = doc[small_mask].astype(I32)
-    seg["post_tf"] = tf[small_mask].astype(uint_dtype(maxtf))
-    # mid terms: impact order as positions within the term's doc-sorted postings
-    soff = seg["post_off"].astype(I64)
+    post_off = offsets(sdf)
+    post_doc = doc[small_mask].astype(I32)
+    post_tf = tf[small_mask].astype(uint_dtype(maxtf))
+    tcols = TermCols(blob=term_blob, off=term_off, hash=term_hash, ub=term_ub,
+                     ub_avgdl=np.array([avgdl], dtype=np.float64), post_off=post_off,
+                     post_doc=post_doc, post_tf=post_tf)
     mid = np.flatnonzero(~is_big & (df >= constants.MID_IMPACT_DOCS))
-    mlen = sdf[mid]
+    big_cols, big_tf = _big_terms(big, doc, tf, starts, dl, n)
+    return tcols, big_cols, big_tf, _mid_terms(mid, sdf[mid], post_off, post_doc, post_tf, dl)
+
+
+def _mid_terms(mid: np.ndarray, mlen: np.ndarray, post_off: np.ndarray, post_doc: np.ndarray,
+               post_tf: np.ndarray, dl: np.ndarray) -> ImpactCols:
+    """The mid terms' (``mid``, with ``mlen`` postings each) impact orders: positions
+    within each term's doc-sorted postings."""
     if len(mid):
-        mstart = soff[mid]
+        mstart = post_off.astype(I64)[mid]
         idx = np.repeat(mstart - np.concatenate(([0], np.cumsum(mlen)[:-1])), mlen) + \
             np.arange(int(mlen.sum()), dtype=I64)
         owner = np.repeat(np.arange(len(mid), dtype=I64), mlen)
-        sd = seg["post_doc"][idx].astype(I64)
-        sf = seg["post_tf"][idx].astype(I64)
+        sd = post_doc[idx].astype(I64)
+        sf = post_tf[idx].astype(I64)
         o = _impact_order(owner, sf, dl[sd], sd)
         mpos = idx[o] - np.repeat(mstart, mlen)
         fo, ow = sf[o], owner[o]
         brk = np.concatenate(([0], np.flatnonzero((fo[1:] != fo[:-1]) | (ow[1:] != ow[:-1]))
                               + 1))
-        seg["mimp_pos"] = mpos.astype(uint_dtype(int(mlen.max())))
-        seg["mimp_goff"] = offsets(np.bincount(ow[brk], minlength=len(mid)))
-        seg["mimp_gtf"] = fo[brk].astype(I64)
-        seg["mimp_gstart"] = brk.astype(I64)
-        seg["mimp_gdl"] = dl[sd[o][brk]].astype(I64)  # each group's shortest doc
-    else:
-        seg["mimp_pos"] = np.zeros(0, np.uint16)
-        seg["mimp_goff"] = np.zeros(1, np.uint32)
-        seg["mimp_gtf"] = seg["mimp_gstart"] = seg["mimp_gdl"] = np.zeros(0, I64)
-    seg["mimp_tid"] = mid.astype(I32)
-    seg["mimp_off"] = offsets(mlen)
-    seg["big_tid"] = big.astype(I32)
+        return ImpactCols(tid=mid.astype(I32), entries=mpos.astype(uint_dtype(int(mlen.max()))),
+                          off=offsets(mlen),
+                          goff=offsets(np.bincount(ow[brk], minlength=len(mid))),
+                          gtf=fo[brk].astype(I64), gstart=brk.astype(I64),
+                          gdl=dl[sd[o][brk]].astype(I64))  # each group's shortest doc
+    none = np.zeros(0, I64)
+    return ImpactCols(tid=mid.astype(I32), entries=np.zeros(0, np.uint16), off=offsets(mlen),
+                      goff=np.zeros(1, np.uint32), gtf=none, gstart=none, gdl=none)
+
+
+def _big_terms(big: np.ndarray, doc: np.ndarray, tf: np.ndarray, starts: np.ndarray,
+               dl: np.ndarray, n: int) -> tuple[ImpactCols, np.ndarray]:
+    """The big terms' (``big``) impact orders (doc ids) and dense tf rows (flattened)."""
     bmax = max([1] + [int(tf[starts[b] : starts[b + 1]].max()) for b in big.tolist()])
     rows = np.zeros((len(big), n), dtype=uint_dtype(bmax))
     imp: list[np.ndarray] = []
@@ -340,13 +369,15 @@ def _assemble_postings(seg: dict[str, np.ndarray], tid: np.ndarray, doc: np.ndar
         gstart.append(brk + pos)
         gdl.append(dl[d[o][brk]])
         pos += len(d)
-    seg["big_tf"] = rows.reshape(-1)
-    seg["imp_off"] = offsets(np.array([len(x) for x in imp], dtype=I64))
-    seg["imp_doc"] = np.concatenate(imp) if imp else np.zeros(0, I32)
-    seg["imp_goff"] = offsets(np.array(gcount, dtype=I64))
-    seg["imp_gtf"] = np.concatenate(gtf).astype(I64) if gtf else np.zeros(0, I64)
-    seg["imp_gstart"] = np.concatenate(gstart).astype(I64) if gstart else np.zeros(0, I64)
-    seg["imp_gdl"] = np.concatenate(gdl).astype(I64) if gdl else np.zeros(0, I64)
+    cols = ImpactCols(
+        tid=big.astype(I32),
+        entries=np.concatenate(imp) if imp else np.zeros(0, I32),
+        off=offsets(np.array([len(x) for x in imp], dtype=I64)),
+        goff=offsets(np.array(gcount, dtype=I64)),
+        gtf=np.concatenate(gtf).astype(I64) if gtf else np.zeros(0, I64),
+        gstart=np.concatenate(gstart).astype(I64) if gstart else np.zeros(0, I64),
+        gdl=np.concatenate(gdl).astype(I64) if gdl else np.zeros(0, I64))
+    return cols, rows.reshape(-1)
 
 
 def _impact_order(owner: np.ndarray | None, tf: np.ndarray, dl: np.ndarray,
@@ -368,19 +399,21 @@ def _impact_order(owner: np.ndarray | None, tf: np.ndarray, dl: np.ndarray,
     return np.lexsort(keys)
 
 
-def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
-                     base: dict[str, np.ndarray] | None, kept: np.ndarray,
-                     old2new: np.ndarray, new: _NewDocs,
-                     new_ids: np.ndarray, order: np.ndarray, n: int) -> None:
+def _assemble_tables(meta: np.ndarray, base: Segment | None, kept: np.ndarray,
+                     old2new: np.ndarray, new: _NewDocs, new_ids: np.ndarray,
+                     order: np.ndarray, n: int
+                     ) -> tuple[Tables, TrigramCols, np.ndarray, np.ndarray]:
+    """The structured tables, the symbols' trigrams and each doc's value list
+    (``dv_off``, ``dv_val``); fills ``meta``'s table bases."""
     nk, nd = len(kept), len(new_ids)
     # each doc's value list (global ids, raw order) from the base, remapped below
     gid_parts: list[np.ndarray] = []
     glen = np.zeros(n, dtype=I64)
     old_tbase: list[int] = []
     if base is not None:
-        old_tbase = base["meta"][M_TBASE : M_TBASE + len(TABLES) + 1].tolist()
-        boff = base["dv_off"]
-        gid_parts.append(gather_ranges(boff, base["dv_val"], kept).astype(I64))
+        old_tbase = base.meta[M_TBASE : M_TBASE + len(TABLES) + 1].tolist()
+        boff = base.docs.dv_off
+        gid_parts.append(gather_ranges(boff, base.docs.dv_val, kept).astype(I64))
         glen[:nk] = boff[kept + 1].astype(I64) - boff[kept].astype(I64)
     new_counts = np.zeros(nd, dtype=I64)
     for t in TABLES:
@@ -389,12 +422,15 @@ def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
     tbase = 0
     remaps: list[np.ndarray] = []
     new_vid_parts: list[tuple[np.ndarray, np.ndarray]] = []  # per table: (vid, count per doc)
+    cols: list[TableCols] = []
+    trigrams: TrigramCols | None = None
+    old = base.tables.in_order() if base is not None else None
     for ti, name in enumerate(TABLES):
         nvals, vids = new.values(_RAW_FIELD[name])
         lens = new.counts[_RAW_FIELD[name]]
         values: list[str] = []
-        if base is not None:
-            values = decode_strings(base[name + "_vblob"], base[name + "_voff"])
+        if old is not None:
+            values = decode_strings(old[ti].vblob, old[ti].voff)
         nbv = len(values)
         if nbv:  # the new docs' values, numbered after the base's
             bmap = {v: i for i, v in enumerate(values)}
@@ -411,10 +447,10 @@ def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
         # value -> docs pairs: kept base pairs (remapped) + new pairs
         a_parts = [vids]
         b_parts = [np.repeat(new_ids, lens)]
-        if base is not None and nbv:
-            voff = base[name + "_vd_off"].astype(I64)
+        if old is not None and nbv:
+            voff = old[ti].vd_off.astype(I64)
             a_parts.append(np.repeat(np.arange(nbv, dtype=I64), np.diff(voff)))
-            b_parts.append(old2new[base[name + "_vd_doc"]])
+            b_parts.append(old2new[old[ti].vd_doc])
         va = np.concatenate(a_parts)
         vb = np.concatenate(b_parts)
         live = vb >= 0
@@ -424,9 +460,7 @@ def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
         remap = np.full(len(values), -1, dtype=I64)
         remap[used] = np.arange(len(used), dtype=I64)
         vals = [values[i] for i in used.tolist()]
-        seg[name + "_vblob"], seg[name + "_voff"] = strings_blob(_encode_all(vals))
-        seg[name + "_vd_off"] = offsets(counts[used])
-        seg[name + "_vd_doc"] = vdoc.astype(I32)
+        vblob, voff_new = strings_blob(_encode_all(vals))
         # lookup keys -> values
         kflat, kcount = _table_keys(name, vals)
         kuniq = list(dict.fromkeys(kflat))
@@ -434,14 +468,16 @@ def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
         kid, kval = sort_pairs(np.fromiter(map(kmap.__getitem__, kflat), dtype=I64,
                                            count=len(kflat)),
                                np.repeat(np.arange(len(vals), dtype=I64), kcount))
-        seg[name + "_kv_off"] = offsets(np.bincount(kid, minlength=len(kmap)) if len(kmap)
-                                        else np.zeros(0, I64))
-        seg[name + "_kv_val"] = kval.astype(I32)
         kb_ = _encode_all(kuniq)
-        seg[name + "_kblob"], seg[name + "_koff"] = strings_blob(kb_)
-        seg[name + "_khash"] = build_hash(kb_)
+        kblob, koff = strings_blob(kb_)
+        cols.append(TableCols(
+            vblob=vblob, voff=voff_new, vd_off=offsets(counts[used]), vd_doc=vdoc.astype(I32),
+            kblob=kblob, koff=koff, khash=build_hash(kb_),
+            kv_off=offsets(np.bincount(kid, minlength=len(kmap)) if len(kmap)
+                           else np.zeros(0, I64)),
+            kv_val=kval.astype(I32)))
         if name == "sym":
-            _assemble_trigrams(seg, vals)
+            trigrams = _assemble_trigrams(vals)
         meta[M_TBASE + ti] = tbase
         remaps.append(remap + tbase)
         new_vid_parts.append((vids, lens))
@@ -473,9 +509,10 @@ def _assemble_tables(seg: dict[str, np.ndarray], meta: np.ndarray,
             start += lens
     src = np.zeros(n + 1, dtype=I64)
     np.cumsum(glen, out=src[1:])
-    seg["dv_val"] = (out if (n < 2 or bool(np.all(order[1:] > order[:-1])))
-                     else gather_ranges(src, out, order)).astype(I32)
-    seg["dv_off"] = offsets(glen[order])
+    dv_val = (out if (n < 2 or bool(np.all(order[1:] > order[:-1])))
+              else gather_ranges(src, out, order)).astype(I32)
+    assert trigrams is not None  # "sym" is one of TABLES
+    return Tables(*cols), trigrams, offsets(glen[order]), dv_val
 
 
 def _table_keys(name: str, vals: list[str]) -> tuple[list[str], np.ndarray]:
@@ -499,7 +536,7 @@ def _table_keys(name: str, vals: list[str]) -> tuple[list[str], np.ndarray]:
                                                        count=len(per))
 
 
-def _assemble_trigrams(seg: dict[str, np.ndarray], vals: list[str]) -> None:
+def _assemble_trigrams(vals: list[str]) -> TrigramCols:
     """Trigram (of the lowercased UTF-8 value) -> symbol value ids, for prefix/contains."""
     lows = _encode_all([v.lower() for v in vals])
     blob = np.frombuffer(b"".join(lows), dtype=U8).astype(I64)
@@ -519,11 +556,11 @@ def _assemble_trigrams(seg: dict[str, np.ndarray], vals: list[str]) -> None:
     np.not_equal(code[1:], code[:-1], out=head[1:])
     first = np.flatnonzero(head)
     ucode = code[first]
-    seg["tg_code"] = ucode.astype(np.uint32)
-    seg["tg_off"] = offsets(np.diff(np.concatenate((first, [len(code)]))).astype(I64)
-                            if len(code) else np.zeros(0, I64))
-    seg["tg_val"] = owner.astype(np.uint16 if len(vals) < (1 << 16) else I32)
+    return TrigramCols(code=ucode.astype(np.uint32),
+                       off=offsets(np.diff(np.concatenate((first, [len(code)]))).astype(I64)
+                                   if len(code) else np.zeros(0, I64)),
+                       val=owner.astype(np.uint16 if len(vals) < (1 << 16) else I32))
 
 
-def empty_segment() -> dict[str, np.ndarray]:
+def empty_segment() -> Segment:
     return assemble(None, None, [])

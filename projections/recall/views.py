@@ -1,8 +1,9 @@
 """Typed read views of a segment's array groups (scalar reads through memoryviews).
 
-A segment is stored as named flat arrays (:mod:`.layout`); the readers of the
-impact orders and of the structured tables use these groups instead of
-composing array names (``"mimp_" + "goff"``), so a field is a checked attribute.
+Each view is made from one group of :class:`~.columns.Segment` (the arrays as
+stored) and adds what the readers' Python loops need: memoryviews for scalar
+reads, a hash table reader, a float. A field is a checked attribute, never an
+array name.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import attrs
 import numpy as np
 
 from .arrays import HashTable, mview
+from .columns import DocCols, ImpactCols, TableCols, TargetCols, TermCols, TrigramCols
 
 
 @attrs.frozen
@@ -34,9 +36,9 @@ class Postings:
     ub_mv: Any
 
     @classmethod
-    def of(cls, seg: dict[str, np.ndarray]) -> Postings:
-        off, doc, tf, ub = seg["post_off"], seg["post_doc"], seg["post_tf"], seg["term_ub"]
-        return cls(off, doc, tf, ub, float(seg["ub_avgdl"][0]), mview(off), mview(doc),
+    def of(cls, terms: TermCols) -> Postings:
+        off, doc, tf, ub = terms.post_off, terms.post_doc, terms.post_tf, terms.ub
+        return cls(off, doc, tf, ub, float(terms.ub_avgdl[0]), mview(off), mview(doc),
                    mview(tf), mview(ub))
 
 
@@ -58,10 +60,10 @@ class BaseDocs:
     key_blob: np.ndarray
 
     @classmethod
-    def of(cls, seg: dict[str, np.ndarray]) -> BaseDocs:
-        return cls(mview(seg["sum_off"]), mview(seg["sum_blob"]), mview(seg["dv_off"]),
-                   mview(seg["dv_val"]), mview(seg["est"]), mview(seg["key_bin"]),
-                   mview(seg["key_off"]), seg["key_blob"])
+    def of(cls, docs: DocCols) -> BaseDocs:
+        return cls(mview(docs.sum_off), mview(docs.sum_blob), mview(docs.dv_off),
+                   mview(docs.dv_val), mview(docs.est), mview(docs.key_bin),
+                   mview(docs.key_off), docs.key_blob)
 
 
 @attrs.frozen
@@ -75,8 +77,8 @@ class Targets:
     docs: np.ndarray
 
     @classmethod
-    def of(cls, seg: dict[str, np.ndarray]) -> Targets:
-        return cls(seg["tgt_blob"], seg["tgt_off"], mview(seg["tgtd_off"]), seg["tgtd_doc"])
+    def of(cls, targets: TargetCols) -> Targets:
+        return cls(targets.blob, targets.off, mview(targets.doc_off), targets.doc)
 
 
 @attrs.frozen
@@ -90,9 +92,8 @@ class Trigrams:
     val_mv: Any
 
     @classmethod
-    def of(cls, seg: dict[str, np.ndarray]) -> Trigrams:
-        return cls(mview(seg["tg_code"]), mview(seg["tg_off"]), seg["tg_val"],
-                   mview(seg["tg_val"]))
+    def of(cls, tg: TrigramCols) -> Trigrams:
+        return cls(mview(tg.code), mview(tg.off), tg.val, mview(tg.val))
 
 
 @attrs.frozen
@@ -101,7 +102,7 @@ class ImpactOrders:
     (positions into their postings). Per term ``m``: entries ``off[m]:off[m+1]``,
     tf groups ``goff[m]:goff[m+1]``; per group its tf, first entry and shortest doc."""
 
-    entries: np.ndarray  # imp_doc (doc ids) or mimp_pos (positions into post_doc)
+    entries: np.ndarray  # doc ids (big terms) or positions into the postings (mid terms)
     entry: Any  # memoryview of entries
     off: Any
     goff: Any
@@ -110,10 +111,9 @@ class ImpactOrders:
     gdl: Any
 
     @classmethod
-    def of(cls, seg: dict[str, np.ndarray], pre: str, entries: str) -> ImpactOrders:
-        return cls(seg[entries], mview(seg[entries]), mview(seg[pre + "off"]),
-                   mview(seg[pre + "goff"]), mview(seg[pre + "gtf"]), mview(seg[pre + "gstart"]),
-                   mview(seg[pre + "gdl"]))
+    def of(cls, imp: ImpactCols) -> ImpactOrders:
+        return cls(imp.entries, mview(imp.entries), mview(imp.off), mview(imp.goff),
+                   mview(imp.gtf), mview(imp.gstart), mview(imp.gdl))
 
     def groups(self, m: int) -> list[tuple[int, int, int, int]]:
         """Term ``m``'s tf groups: (tf, first entry, end entry, shortest doc length)."""
@@ -140,10 +140,7 @@ class Table:
     vd_doc: Any
 
     @classmethod
-    def of(cls, seg: dict[str, np.ndarray], name: str) -> Table:
-        def mv(part: str) -> Any:
-            return mview(seg[f"{name}_{part}"])
-
-        return cls(HashTable(seg[name + "_khash"], seg[name + "_koff"], seg[name + "_kblob"]),
-                   (seg[name + "_vblob"], seg[name + "_voff"]), mv("kv_off"), mv("kv_val"),
-                   mv("voff"), mv("vblob"), mv("vd_off"), mv("vd_doc"))
+    def of(cls, t: TableCols) -> Table:
+        return cls(HashTable(t.khash, t.koff, t.kblob), (t.vblob, t.voff), mview(t.kv_off),
+                   mview(t.kv_val), mview(t.voff), mview(t.vblob), mview(t.vd_off),
+                   mview(t.vd_doc))
