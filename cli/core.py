@@ -39,14 +39,21 @@ def init(ctx: Ctx) -> None:
     from projections.storedir import init_layout  # here: verify never needs it
 
     lay = ctx.layout
-    created = init_layout(lay)
+    choice = ctx.log_choice
+    created = init_layout(lay, with_log=choice.is_file)
+    doc = {"root": str(ctx.root), "store": str(ctx.store_dir), "created": created,
+           "storage_scope": lay.scope, "scope_reason": lay.reason, "project_id": lay.project_id}
+    where = str(ctx.store_dir)
+    if not choice.is_file:  # the log is a stream: make it now, where the config says
+        from projections.logs import open_log
+
+        with open_log(lay, choice, readonly=False) as log:
+            created = bool(getattr(log, "created", False))
+        doc.update(created=created, log=choice.to_json())
+        where = f"{where}, log in {ctx.log_name()} on {', '.join(choice.servers)}"
     said = "created store" if created else "store already exists:"
     scope = f" ({lay.scope} scope: {lay.detail})" if lay.scope == "agent" else ""
-    ctx.emit(
-        {"root": str(ctx.root), "store": str(ctx.store_dir), "created": created,
-         "storage_scope": lay.scope, "scope_reason": lay.reason, "project_id": lay.project_id},
-        human=f"{said} {safe(str(ctx.store_dir))}{safe(scope)}",
-    )
+    ctx.emit(doc, human=f"{said} {safe(where)}{safe(scope)}")
 
 
 class AnchorParam(click.ParamType):

@@ -59,7 +59,11 @@ def js_root(tmp_path: Path, nats_cluster: Any) -> Path:
 
 def test_a_store_on_jetstream_works_as_a_file_store(js_root: Path) -> None:
     r = str(js_root)
-    ok("init", "--root", r)
+    first = json.loads(ok("init", "--root", r, "--json").stdout)
+    assert first["created"] and first["log"]["backend"] == "jetstream"
+    assert not json.loads(ok("init", "--root", r, "--json").stdout)["created"]
+    assert "log in jetstream stream" in ok("init", "--root", r).stdout
+    assert not (js_root / ".ctxledger" / "log").exists()  # no file log beside the stream
     ok("store", "put", "--root", r, input=json.dumps(
         {"target": "t", "summary": "flaky login test", "paths": ["src/login.py"]}))
     ok("log", "append", "--root", r, "--kind", "task.created", "--key", "t1",

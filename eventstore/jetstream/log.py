@@ -182,6 +182,8 @@ class JetStreamLog:
         self._clock = clock
         self._mutex = threading.RLock()
         self._closed = False
+        self.created = False
+        """True when this open made the stream (``ctxledger init`` says so)."""
         self._conn = Connection(servers, connect_timeout=connect_timeout,
                                 request_timeout=request_timeout)
         try:
@@ -202,6 +204,7 @@ class JetStreamLog:
                 raise
         self._retry(lambda: self._conn.create_stream(self.stream, [f"{prefix}.>"],
                                                      self.replicas))
+        self.created = True
         return self._retry(lambda: self._conn.stream_state(self.stream))
 
     def _retry(self, fn: Callable[[], T], deadline: float | None = None) -> T:
