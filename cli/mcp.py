@@ -83,20 +83,26 @@ def mcp_config(ctx: Ctx, client: str) -> None:
         raise click.ClickException(
             f"the root {safe(str(ctx.root))} is not UTF-8 text, which a JSON config cannot "
             "hold; use a root whose path is") from None
-    cmd = server_command(root, ctx.storage_scope, os.environ.get(HOME_ENV))
+    cmd = server_command(root, ctx.storage_scope, os.environ.get(HOME_ENV), ctx.backend,
+                         ctx.servers)
     click.echo(json.dumps(client_config(client, cmd), indent=2))
 
 
 def server_command(root: str, storage_scope: str | None = None,
-                   home: str | None = None) -> dict[str, Any]:
+                   home: str | None = None, backend: str | None = None,
+                   servers: tuple[str, ...] = ()) -> dict[str, Any]:
     """``{"command", "args", "env"}`` that start ``ctxledger mcp --root ROOT`` (with the
-    ``--storage-scope`` and ``$CTXLEDGER_HOME`` this command was given, so the
-    server opens the same store)."""
+    ``--storage-scope``, ``--backend``, ``--servers`` and ``$CTXLEDGER_HOME`` this
+    command was given, so the server opens the same store)."""
     exe = os.path.abspath(sys.executable)  # not resolved: a venv's python is a symlink
     script = Path(exe).parent / "ctxledger"
     args = ["mcp", "--root", root]
     if storage_scope is not None:
         args += ["--storage-scope", storage_scope]
+    if backend is not None:
+        args += ["--backend", backend]
+    for url in servers:
+        args += ["--servers", url]
     env: dict[str, str] = {}
     if home:
         env[HOME_ENV] = os.path.abspath(home)

@@ -831,3 +831,13 @@ def test_config_falls_back_to_the_interpreter(monkeypatch: pytest.MonkeyPatch,
 def test_config_needs_a_store(tmp_path: Path) -> None:
     res = CliRunner().invoke(ctxledger, ["mcp", "config", "--root", str(tmp_path / "none")])
     assert res.exit_code == 1 and "no ctxledger store" in res.stderr
+
+
+def test_config_carries_the_backend_options() -> None:
+    """A store chosen with --backend/--servers is the one the configured server opens."""
+    from cli import mcp as cli_mcp
+
+    cmd = cli_mcp.server_command("/r", None, None, "jetstream", ("nats://a:1", "nats://b:2"))
+    args = cmd["args"][cmd["args"].index("mcp"):]
+    assert args == ["mcp", "--root", "/r", "--backend", "jetstream", "--servers", "nats://a:1",
+                    "--servers", "nats://b:2"]
