@@ -348,6 +348,14 @@ def log_import(ctx: Ctx, file: str) -> None:
              f"{written.head}) into {safe(str(ctx.log_dir))}")
 
 
+def _stream_name(_c: click.Context, _p: click.Parameter, value: str | None) -> str | None:
+    from projections.config import STREAM_NAME
+
+    if value is not None and not STREAM_NAME.fullmatch(value):
+        raise click.BadParameter("a stream name is 1 to 64 letters, digits, '_' or '-'")
+    return value
+
+
 @examples(
     "ctxledger log mirror --to jetstream --to-servers nats://nats1:4222 --to-stream team-ctx",
     "ctxledger --backend jetstream log mirror --to file",
@@ -360,7 +368,7 @@ def log_import(ctx: Ctx, file: str) -> None:
 @click.option("--to-servers", multiple=True, metavar="URL",
               help="NATS server URL(s) of the destination (repeat, or separate with commas). "
               "Default: [storage] servers in config.")
-@click.option("--to-stream", metavar="NAME",
+@click.option("--to-stream", metavar="NAME", callback=_stream_name,
               help="Destination stream. Default: [storage] stream in config, else the one "
               "named after the project.")
 @click.option("--to-replicas", type=click.IntRange(1, 5), default=None,

@@ -422,6 +422,17 @@ CASES = [
     case("utf8", "log export", "--root", R, "--kind", b"a.\xff"),
     case("control", "log export", "--root", "R/\x1b[2J", code=1),
     case("traversal", "log export", "--root", PASSWD),
+    case("types", "log mirror", "--root", R),  # --to is required
+    case("types", "log mirror", "--root", R, "--to", "kafka"),
+    case("types", "log mirror", "--root", R, "--to", "jetstream", "--to-stream", "a.b"),
+    case("types", "log mirror", "--root", R, "--to", "jetstream", "--to-servers", "http://x"),
+    case("huge", "log mirror", "--root", R, "--to", "jetstream", "--to-replicas", BIG),
+    case("negative", "log mirror", "--root", R, "--to", "jetstream", "--to-replicas", "-1"),
+    case("nonfinite", "log mirror", "--root", R, "--to", "jetstream", "--to-replicas", "nan"),
+    case("utf8", "log mirror", "--root", R, "--to", "jetstream", "--to-stream", b"a\xff"),
+    case("control", "log mirror", "--root", R, "--to", "jetstream", "--to-servers",
+         "nats://\x1b[2J:4222"),
+    case("traversal", "log mirror", "--root", R, "--to", "file", "--to-dir", PASSWD),
     case("types", "log import", "--root", R),  # FILE is required
     case("types", "log import", "--root", R, "R/bad.json", code=1),  # not an export
     case("huge", "log import", "--root", R, f"R/{LONG}"),
