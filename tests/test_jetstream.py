@@ -181,6 +181,26 @@ class TestJetStreamDamage(JetStreamFixture):
             rep = a.verify()
             assert not rep.ok and rep.problems[0].segment == f"{s} message 2"
 
+    @pytest.mark.parametrize("keep", [0, 1])
+    def test_a_purged_stream_fails_closed(self, keep: int) -> None:
+        """Messages gone from the front of the stream (a purge, limits set by hand) are
+        a log with a hole: reads refuse it rather than fold what is left."""
+        from natscluster import connect, run
+
+        s = stream_name()
+        with self.open(s) as a:
+            for i in range(3):
+                a.append([ev(i)])
+
+            async def purge() -> None:
+                async with connect(self.urls) as nc:
+                    await nc.jetstream().purge_stream(s, keep=keep)
+
+            run(purge)
+            with pytest.raises(CorruptLogError, match="no longer holds"):
+                self.open(s, create=False)
+            assert a.head == 3  # what this handle read stays, and its chain checks out
+
     def test_a_stream_of_another_shape_is_refused(self) -> None:
         s = stream_name()
         conn = self.raw()

@@ -106,7 +106,7 @@ class Follower:
         if last <= self.stream_last:
             return
         start = self.stream_last + 1
-        if first > start and last >= first:
+        if first > start:  # (all of them, when first is past last: a purged stream)
             raise CorruptLogError(self.where(start), 0, f"the stream no longer holds messages "
                                   f"{start}..{first - 1} (purged or expired)")
         if last - start < SMALL_GAP:
