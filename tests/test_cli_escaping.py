@@ -73,6 +73,8 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
     data = json.dumps({"v": HOSTILE, HOSTILE: [HOSTILE]})
     append = ["log", "append", *R, "--kind", "x.y", "--key", HOSTILE, "--data", data,
               "--batch-id", f"b{HOSTILE}"]
+    mirror = ["log", "mirror", *R, "--to", "file", "--to-dir",
+              str(r / f"copy{HOSTILE.replace(chr(0), '')}")]
     return [
         (("init",), ["init", *R], None),
         (("log", "append"), append, None),
@@ -107,6 +109,8 @@ def invocations(r: Path) -> list[tuple[tuple[str, ...], list[str], str | None]]:
         (("log", "export"), ["log", "export", *R], None),
         (("log", "export"), ["log", "export", *R, "--kind", f"k{HOSTILE}"], None),
         (("log", "import"), ["log", "import", *R, str(r / "key")], None),  # refused
+        (("log", "mirror"), mirror, None),  # the copy's hostile path, printed
+        (("log", "mirror"), mirror, None),  # refused: the copy is not empty, and named
         (("salvage",), ["salvage", *R], None),  # nothing to salvage
         (("compact",), ["compact", *R, "--dry-run"], None),
         (("compact",), ["compact", *R], None),  # live entries, tasks and the handle survive
