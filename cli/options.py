@@ -137,7 +137,8 @@ class Ctx:
         from projections.logs import open_log
 
         self.require_store()
-        return self.managed(open_log(self.layout, self.log_choice, readonly=not write))
+        return self.managed(open_log(self.layout, self.log_choice, readonly=not write,
+                                     create=False))
 
     def file_ledger(self, what: str, *, write: bool = False) -> Ledger:
         """The project's file log, for the commands that work on files (``what``)."""

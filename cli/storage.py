@@ -22,6 +22,7 @@ def storage(ctx: Ctx) -> None:
     """
     from projections.storage import storage_report
 
+    ctx.log_choice  # noqa: B018 - a bad --backend/--servers is a usage error, said here
     doc = storage_report(ctx.root, **ctx.store_options())
     ctx.warn(doc["warnings"])
     ctx.emit(doc, human=_human)

@@ -9,6 +9,8 @@ JetStream backend").
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Sequence
 
 import attrs
@@ -59,19 +61,26 @@ def log_choice(
     if not urls:
         raise ConfigError("the jetstream backend needs its servers: [storage] servers = "
                           "[\"nats://host:4222\"] in config.toml, or --servers URL")
-    agent = layout.scope == "agent"
-    stream = cfg.storage_stream or (
-        "ctxledger_agent" if agent else f"ctxledger_{layout.project_id[:16]}")
-    prefix = "ctx.agent" if agent else f"ctx.{layout.project_id}"
+    # the project's own id names the stream when the config names none; an agent home
+    # (one log for many projects) is named by its path, so two agents do not share one
+    owner = (hashlib.sha256(os.fsencode(str(layout.home))).hexdigest()[:16]
+             if layout.scope == "agent" else layout.project_id[:16])
+    kind = "agent" if layout.scope == "agent" else "project"
+    stream = cfg.storage_stream or f"ctxledger_{kind}_{owner}"
+    # subjects unique to the stream: two streams of one project (a backup, a move
+    # between clusters) may live on one cluster without their subjects overlapping
+    prefix = f"ctx.{layout.project_id if kind == 'project' else 'agent'}.{stream}"
     return LogChoice(name, urls, stream, cfg.storage_replicas, prefix)
 
 
-def open_log(layout: Layout, choice: LogChoice, *, readonly: bool, sync: str = "always"
-             ) -> LogBackend:
-    """Open the chosen log; a read-only open never creates a stream or a file."""
+def open_log(layout: Layout, choice: LogChoice, *, readonly: bool, sync: str = "always",
+             create: bool | None = None) -> LogBackend:
+    """Open the chosen log; a read-only open never creates a stream or a file, nor does
+    a write open with ``create=False`` (a command other than ``init``)."""
     if choice.is_file:
         return Ledger.open(layout.log_dir, readonly=readonly, sync=sync)  # type: ignore[arg-type]
     from eventstore.jetstream import JetStreamLog
 
     return JetStreamLog(list(choice.servers), choice.stream, prefix=choice.prefix,
-                        replicas=choice.replicas, create=not readonly)
+                        replicas=choice.replicas,
+                        create=(not readonly) if create is None else create and not readonly)

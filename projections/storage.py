@@ -150,7 +150,7 @@ def storage_report(
         logs["project"] = log_report(layout.log_dir)
     logs["agent"] = log_report(layout.agent_log_dir)
     doc: dict[str, Any] = {"scope": layout_report(layout), "logs": logs, "views": {}}
-    if logs.get("project", {}).get("backend") or store_exists(layout):
+    if logs.get("project", {}).get("exists") if not choice.is_file else store_exists(layout):
         with ContextStore.open(root, readonly=True, home=home, storage_scope=storage_scope,
                                backend=backend, servers=servers) as store:
             doc["views"] = views_report(store)

@@ -163,3 +163,78 @@ def test_unreachable_servers_fail_in_one_line(tmp_path: Path) -> None:
     assert out.returncode == 1, out
     assert out.stderr.startswith("error: cannot connect to NATS at nats://127.0.0.1:9")
     assert "Traceback" not in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_verify_reports_on_a_damaged_stream(js_root: Path, nats_cluster: Any) -> None:
+    """A stream holding a message no writer writes still opens for verify, which
+    reports it (exit 1) instead of failing before it can look."""
+    from eventstore.jetstream.client import Connection
+    from eventstore.jetstream.messages import ATTEMPT
+
+    r = str(js_root)
+    ok("init", "--root", r)
+    ok("log", "append", "--root", r, "--kind", "test.ev", "--data", "{}")
+    st = json.loads(ok("storage", "--root", r, "--json").stdout)["logs"]["project"]
+    conn = Connection(list(nats_cluster.urls), connect_timeout=5.0, request_timeout=5.0)
+    try:
+        info = conn.stream_state(st["stream"])
+        conn.publish(info.subjects[0][:-2] + ".batch", b"junk", {ATTEMPT: "x"}, 1)
+    finally:
+        conn.close()
+    res = cli("verify", "--root", r, "--json")
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert not doc["ok"] and doc["problems"][0]["segment"].endswith("message 2")
+    res = cli("log", "show", "--root", r)
+    assert res.exit_code == 1 and "corrupt log" in res.stderr and "Traceback" not in res.output
+
+
+def test_storage_of_a_stream_not_made_yet(js_root: Path) -> None:
+    doc = json.loads(ok("storage", "--root", str(js_root), "--json").stdout)
+    assert doc["logs"]["project"]["exists"] is False and doc["views"] == {}
+    assert "(not created yet)" in ok("storage", "--root", str(js_root)).stdout
+    res = cli("--backend", "jetstream", "--servers", "foo bar", "storage", "--root",
+              str(js_root))
+    assert res.exit_code == 2 and "not a URL" in res.stderr
+
+
+def test_only_init_makes_the_stream(js_root: Path) -> None:
+    """A mistyped stream or server must not start an empty team log."""
+    r = str(js_root)
+    res = cli("log", "append", "--root", r, "--kind", "x.y", "--data", "{}")
+    assert res.exit_code == 1 and "run `ctxledger init` first" in res.stderr
+    assert json.loads(ok("storage", "--root", r, "--json").stdout)["logs"]["project"][
+        "exists"] is False
+
+
+def test_mirror_keeps_a_batch_id_the_file_log_holds_twice(tmp_path: Path, nats_cluster: Any
+                                                         ) -> None:
+    """The file log remembers batch ids for a window of frames, so one may come back
+    later; a mirror copies both batches as they are."""
+    from eventstore import Event, Ledger
+    from eventstore.jetstream import JetStreamLog
+    from eventstore.mirror import mirror_to_stream
+
+    with Ledger.open(tmp_path / "log", batch_window=2) as led:
+        led.append([Event("a")], batch_id="again")
+        for i in range(3):
+            led.append([Event("b", None, {"i": i})])
+        assert not led.append([Event("c")], batch_id="again").duplicate
+        stream = f"D{os.getpid()}_{next(_n)}"
+        with JetStreamLog(list(nats_cluster.urls), stream, prefix=f"ctx.{stream}",
+                          replicas=3) as js:
+            done = mirror_to_stream(led, js)
+            assert done.copied_batches == 5 and js.head_digest == led.head_digest
+            assert list(js.export_lines()) == list(led.export_lines())
+
+
+def test_two_streams_of_one_project_on_one_cluster(tmp_path: Path, nats_cluster: Any) -> None:
+    src = tmp_path / "src"
+    ok("init", "--root", str(src))
+    ok("log", "append", "--root", str(src), "--kind", "test.ev", "--data", "{}")
+    urls = ",".join(nats_cluster.urls)
+    for name in ("A", "B"):
+        stream = f"{name}{os.getpid()}_{next(_n)}"
+        doc = json.loads(ok("log", "mirror", "--root", str(src), "--to", "jetstream",
+                            "--to-servers", urls, "--to-stream", stream, "--json").stdout)
+        assert doc["copied_events"] == 1

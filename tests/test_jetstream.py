@@ -128,6 +128,49 @@ class TestJetStreamHandles(JetStreamFixture):
                 assert b.append(big, batch_id="big").duplicate
 
 
+class TestJetStreamRaces(JetStreamFixture):
+    """Chunked batches racing other writers: the commit is sent only after its chunks
+    are in place, so a lost race leaves orphans, never a commit without chunks."""
+
+    def test_a_chunked_append_from_a_stale_handle(self) -> None:
+        s = stream_name()
+        with self.open(s) as a, self.open(s) as b:
+            a.append([ev(1)])
+            assert b.head == 1
+            a.append([ev(2)])  # b is now one message behind
+            big = [Event("big.part", None, {"i": i, "blob": "z" * 200_000}) for i in range(12)]
+            r = b.append(big)
+            assert (r.first_seq, r.last_seq) == (3, 14)
+            with self.open(s, create=False) as fresh:
+                assert fresh.head == 14 and fresh.verify().ok
+                assert [e.data["i"] for e in fresh.read(3)] == list(range(12))
+
+    def test_chunked_and_small_writers_race(self) -> None:
+        s = stream_name()
+        big = [Event("big.part", None, {"i": i, "blob": "y" * 150_000}) for i in range(10)]
+        with self.open(s) as a, self.open(s) as b:
+            errors: list[BaseException] = []
+
+            def write(log: JetStreamLog, batch: list[Event], who: str, n: int) -> None:
+                try:
+                    for i in range(n):
+                        log.append(batch, batch_id=f"{who}{i}")
+                except BaseException as e:  # pragma: no cover - reported below
+                    errors.append(e)
+
+            threads = [threading.Thread(target=write, args=(a, big, "big", 6)),
+                       threading.Thread(target=write, args=(b, [ev(0)], "small", 40))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors
+            ids = [bt.batch_id for bt in a.read_batches()]
+            assert sorted(ids) == sorted([f"big{i}" for i in range(6)]
+                                         + [f"small{i}" for i in range(40)])
+            assert a.head == 6 * 10 + 40 and a.verify().ok
+
+
 class TestJetStreamDamage(JetStreamFixture):
     """Messages no writer of this format writes fail closed, naming the stream message."""
 
@@ -166,8 +209,13 @@ class TestJetStreamDamage(JetStreamFixture):
             with pytest.raises(CorruptLogError) as info:
                 a.head  # noqa: B018 - the property reads the stream
             assert f"{s} message 2" in str(info.value)
-            with pytest.raises(CorruptLogError):
-                self.open(s, create=False)
+            with self.open(s, create=False) as b:  # it opens, so that verify can report
+                with pytest.raises(CorruptLogError):
+                    list(b.read())
+                with pytest.raises(CorruptLogError):
+                    b.append([ev(2)])
+                rep = b.verify()
+                assert not rep.ok and rep.problems[0].segment == f"{s} message 2"
 
     def test_verify_reports_a_foreign_message(self) -> None:
         s = stream_name()
@@ -197,9 +245,44 @@ class TestJetStreamDamage(JetStreamFixture):
                     await nc.jetstream().purge_stream(s, keep=keep)
 
             run(purge)
-            with pytest.raises(CorruptLogError, match="no longer holds"):
-                self.open(s, create=False)
+            with self.open(s, create=False) as b, \
+                    pytest.raises(CorruptLogError, match="no longer holds"):
+                b.head  # noqa: B018 - the property reads the stream
             assert a.head == 3  # what this handle read stays, and its chain checks out
+
+    def test_a_deleted_message_fails_closed(self) -> None:
+        """A message deleted by hand (the last one, or one inside): the count of
+        messages the stream holds gives it away before any read waits for it."""
+        from natscluster import connect, run
+
+        s = stream_name()
+        with self.open(s) as a:
+            for i in range(12):
+                a.append([ev(i)])
+
+            async def delete(seq: int) -> None:
+                async with connect(self.urls) as nc:
+                    await nc.jetstream().delete_msg(s, seq)
+
+            run(lambda: delete(12))
+            with self.open(s, create=False) as b, \
+                    pytest.raises(CorruptLogError, match="some were deleted"):
+                b.head  # noqa: B018 - the property reads the stream
+
+    def test_a_stream_made_again_is_refused_by_an_old_handle(self) -> None:
+        s = stream_name()
+        with self.open(s) as a:
+            a.append([ev(1)])
+            a.append([ev(2)])
+            conn = self.raw()
+            try:
+                conn.delete_stream(s)
+            finally:
+                conn.close()
+            with self.open(s) as b:
+                b.append([ev(9)])
+            with pytest.raises(CorruptLogError, match="went back"):
+                a.head  # noqa: B018 - the property reads the stream
 
     def test_a_stream_of_another_shape_is_refused(self) -> None:
         s = stream_name()

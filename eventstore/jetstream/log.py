@@ -54,7 +54,7 @@ T = TypeVar("T")
 
 
 def with_retries(fn: Callable[[], T], stream: str, timeout: float,
-                 deadline: float | None = None) -> T:
+                 deadline: float | None = None, *, writing: bool = False) -> T:
     """``fn()``, again after each :class:`Transient` until ``deadline`` (monotonic; by
     default ``timeout`` from now), then :class:`LogUnavailableError`."""
     end = time.monotonic() + timeout if deadline is None else deadline
@@ -65,8 +65,8 @@ def with_retries(fn: Callable[[], T], stream: str, timeout: float,
         except Transient as e:
             if time.monotonic() + pause > end:
                 raise LogUnavailableError(
-                    f"jetstream stream {stream!r} gave no answer in {timeout:g}s ({e}); "
-                    "nothing was acknowledged"
+                    f"jetstream stream {stream!r} gave no answer in {timeout:g}s ({e})"
+                    + ("; nothing was acknowledged" if writing else "")
                 ) from None
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
@@ -96,29 +96,39 @@ class Follower:
         self.stream_last = 0
         self.attempts: dict[str, Receipt] = {}
 
-    def sync(self) -> None:
+    def sync(self, deadline: float | None = None) -> None:
         """Read what writers appended since the last look (one round trip if nothing)."""
         state = with_retries(lambda: self.conn.stream_state(self.stream), self.stream,
-                             self.timeout)
-        self.catch_up(state.last_seq, state.first_seq)
+                             self.timeout, deadline)
+        self.catch_up(state, deadline)
 
-    def catch_up(self, last: int, first: int) -> None:
-        if last <= self.stream_last:
+    def catch_up(self, state: StreamState, deadline: float | None = None) -> None:
+        """Read messages up to ``state.last_seq``; a stream with a hole fails closed."""
+        last, first = state.last_seq, state.first_seq
+        if last < self.stream_last:
+            raise CorruptLogError(self.where(last + 1), 0, "the stream went back (deleted "
+                                  f"and made again?): it ends at {last}, this handle read "
+                                  f"{self.stream_last}")
+        if last == self.stream_last:
             return
         start = self.stream_last + 1
         if first > start:  # (all of them, when first is past last: a purged stream)
             raise CorruptLogError(self.where(start), 0, f"the stream no longer holds messages "
                                   f"{start}..{first - 1} (purged or expired)")
+        if last >= first and state.messages != last - first + 1:
+            raise CorruptLogError(self.where(first), 0, f"the stream holds {state.messages} "
+                                  f"messages between {first} and {last}: some were deleted")
         if last - start < SMALL_GAP:
             for seq in range(start, last + 1):
                 m = with_retries(lambda s=seq: self.conn.get(self.stream, s),  # type: ignore[misc]
-                                 self.stream, self.timeout)
+                                 self.stream, self.timeout, deadline)
                 if m is None:
                     raise CorruptLogError(self.where(seq), 0, "stream message missing")
                 self.ingest(m)
             return
-        deadline = time.monotonic() + self.timeout
+        end = time.monotonic() + self.timeout if deadline is None else deadline
         while self.stream_last < last:
+            before = self.stream_last
             try:  # a consumer lost with its server (an election) is made again
                 for m in self.conn.fetch(self.stream, f"{self.prefix}.>",
                                          self.stream_last + 1, last):
@@ -127,7 +137,9 @@ class Follower:
                                               "stream message missing")
                     self.ingest(m)
             except Transient as e:
-                if time.monotonic() > deadline:
+                if deadline is None and self.stream_last > before:
+                    end = time.monotonic() + self.timeout  # it moved: a long read goes on
+                if time.monotonic() > end:
                     raise LogUnavailableError(
                         f"jetstream stream {self.stream!r}: read stopped at message "
                         f"{self.stream_last} of {last} ({e})") from None
@@ -191,7 +203,7 @@ class JetStreamLog:
             self.prefix = subject_prefix(state.subjects, stream)
             self.servers = list(servers)
             self._f = Follower(self._conn, stream, self.prefix, failover_timeout)
-            self._f.catch_up(state.last_seq, state.first_seq)
+            self._stale = True  # read at first use: a damaged stream still opens, for verify
         except BaseException:
             self._conn.close()
             raise
@@ -210,20 +222,25 @@ class JetStreamLog:
     def _retry(self, fn: Callable[[], T], deadline: float | None = None) -> T:
         return with_retries(fn, self.stream, self.failover_timeout, deadline)
 
+    def _look(self, deadline: float | None = None) -> None:
+        """Read what the stream gained since this handle last looked (call locked)."""
+        self._f.sync(deadline)
+        self._stale = False
+
     # --- the seam -----------------------------------------------------------------------
 
     @property
     def head(self) -> int:
         with self._mutex:
             self._check_open()
-            self._f.sync()
+            self._look()
             return self._f.chain.head
 
     @property
     def head_digest(self) -> bytes:
         with self._mutex:
             self._check_open()
-            self._f.sync()
+            self._look()
             return self._f.chain.head_digest
 
     def _check_open(self) -> None:
@@ -243,12 +260,14 @@ class JetStreamLog:
             at = max(float(self._clock()), last_at)
             return encode_frame_parts(prev, first, count, (payload_prefix(at, batch_id), rows))[0]
 
-        return self._commit(frame, count, batch_id, expected_head)
+        return self._commit(frame, count, batch_id, expected_head, batch_id)
 
     def append_raw(self, batch: RawBatch) -> Receipt:
         """Write a batch another log holds, as it is there: the same seqs, ``at``,
         batch id and event bytes, hence the same chain digest (``log mirror``). It
-        must be the next batch: it starts at ``head + 1``, else :class:`LedgerError`."""
+        must be the next batch: it starts at ``head + 1``, else :class:`LedgerError`.
+        Its batch id is not looked up (a file log may hold one twice, further apart than
+        its window), so its message id is the batch id and the seq it starts at."""
         rows = encode_raw_rows(list(batch.rows))
 
         def frame(first: int, prev: bytes, last_at: float) -> bytes:
@@ -259,17 +278,22 @@ class JetStreamLog:
             return encode_frame_parts(prev, first, len(batch.rows),
                                       (payload_prefix(batch.at, batch.batch_id), rows))[0]
 
-        return self._commit(frame, len(batch.rows), batch.batch_id, batch.first_seq - 1)
+        return self._commit(frame, len(batch.rows), batch.batch_id, batch.first_seq - 1,
+                            None, f"@{batch.first_seq}")
 
     def _commit(self, frame_at: Callable[[int, bytes, float], bytes], count: int,
-                batch_id: str | None, expected_head: int | None) -> Receipt:
+                batch_id: str | None, expected_head: int | None, retry_id: str | None,
+                id_suffix: str = "") -> Receipt:
         """Publish the frame ``frame_at(first seq, previous digest, last at)`` makes on top
-        of the stream, again on top of whatever another writer put there first."""
+        of the stream, again on top of whatever another writer put there first.
+        ``retry_id``: the batch id that makes this a retry when the log has it."""
         attempt = secrets.token_hex(12)
         with self._mutex:
             self._check_open()
             chain = self._f.chain
             deadline = time.monotonic() + self.failover_timeout
+            if self._stale:
+                self._look(deadline)
             looked = False
             while True:
                 mine = self._f.attempts.get(attempt)
@@ -279,19 +303,20 @@ class JetStreamLog:
                     raise LogUnavailableError(
                         f"jetstream stream {self.stream!r}: no publish went through in "
                         f"{self.failover_timeout:g}s; nothing was acknowledged")
-                if batch_id is not None and batch_id in chain.receipts:
-                    r = chain.receipts[batch_id]
-                    return Receipt(r.first_seq, r.last_seq, r.at, batch_id, duplicate=True)
+                if retry_id is not None and retry_id in chain.receipts:
+                    r = chain.receipts[retry_id]
+                    return Receipt(r.first_seq, r.last_seq, r.at, retry_id, duplicate=True)
                 if expected_head is not None and expected_head != chain.head:
                     if not looked:  # this handle may be behind: look before refusing
                         looked = True
-                        self._f.sync()
+                        self._look(deadline)
                         continue
                     raise HeadMismatchError(expected_head, chain.head)
                 first = chain.head + 1
                 try:
                     out = messages_for(frame_at(first, chain.head_digest, chain.last_at),
-                                       msg_id=batch_id or attempt, attempt=attempt,
+                                       msg_id=(batch_id or attempt) + id_suffix,
+                                       attempt=attempt,
                                        first=first, last=first + count - 1,
                                        max_payload=self._conn.max_payload)
                 except ValueError as e:
@@ -301,35 +326,40 @@ class JetStreamLog:
                     return self._f.attempts[attempt]
                 except WrongLastSequence:
                     # someone (maybe an earlier try of ours) came first: look, then loop
-                    self._f.sync()
+                    self._look(deadline)
                     looked = True
 
     def _publish_all(self, out: list[Outgoing], deadline: float) -> None:
         """Publish ``out`` in order on top of the stream as last seen, ingesting each.
 
-        The messages of a chunked batch go out pipelined (each with the expected
-        sequence it will have), so a big batch costs one round trip, not one per
-        chunk; if any of them fails, what landed is read back and the caller
-        starts again (the chunks that did land are orphans readers skip)."""
+        A chunked batch's chunks go out pipelined (each with the expected sequence
+        it will have), so a big batch costs one round trip, not one per chunk. Its
+        commit goes out alone, and only once every chunk is acknowledged right
+        after the one before: a chunk that landed behind another writer's message
+        (the ones before it were refused) is an orphan readers skip, and no commit
+        ever follows such a run. On any failure, what landed is read back and the
+        caller starts again."""
+        *chunks, last = out
         base = self._f.stream_last
-        if len(out) > 1:
+        if chunks:
             results = self._conn.publish_pipelined(
                 [(f"{self.prefix}.{o.kind}", o.body, o.headers, base + i)
-                 for i, o in enumerate(out)])
-            for i, (o, r) in enumerate(zip(out, results, strict=True)):
-                if r is None or r[1] or r[0] != base + i + 1:
-                    raise WrongLastSequence(f"pipelined publish {i} of {len(out)} failed")
+                 for i, o in enumerate(chunks)])
+            if any(r is None or r[1] or r[0] != base + i + 1 for i, r in enumerate(results)):
+                raise WrongLastSequence(f"a chunk of {len(chunks)} did not land in its place")
+            for o, r in zip(chunks, results, strict=True):
+                assert r is not None
                 self._f.ingest(Incoming(r[0], o.kind, o.headers, o.body))
-            return
-        (o,) = out
-        subject = f"{self.prefix}.{o.kind}"
-        seq, duplicate = self._retry(
-            lambda: self._conn.publish(subject, o.body, o.headers, base), deadline)
-        if duplicate or seq != base + 1:
+        expected = self._f.stream_last
+        subject = f"{self.prefix}.{last.kind}"
+        seq, duplicate = with_retries(
+            lambda: self._conn.publish(subject, last.body, last.headers, expected),
+            self.stream, self.failover_timeout, deadline, writing=True)
+        if duplicate or seq != expected + 1:
             # the server had this message id already (an earlier try inside the
             # duplicate window, ours or another process's): read what is there
             raise WrongLastSequence(f"duplicate of message {seq}")
-        self._f.ingest(Incoming(seq, o.kind, o.headers, o.body))
+        self._f.ingest(Incoming(seq, last.kind, last.headers, last.body))
 
     def read(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Event]:
         lo = max(1, from_seq)
@@ -341,7 +371,7 @@ class JetStreamLog:
     def read_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Batch]:
         with self._mutex:
             self._check_open()
-            self._f.sync()
+            self._look()
             i, n = self._f.chain.start(from_seq), len(self._f.chain.frames)
         if to_seq is not None and to_seq < max(1, from_seq):
             return
@@ -352,7 +382,7 @@ class JetStreamLog:
         """Whole batches as :meth:`read_batches` gives them, each event as its stored bytes."""
         with self._mutex:
             self._check_open()
-            self._f.sync()
+            self._look()
             i, n = self._f.chain.start(from_seq), len(self._f.chain.frames)
         if to_seq is not None and to_seq < max(1, from_seq):
             return
@@ -373,15 +403,15 @@ class JetStreamLog:
     def read_raw(self, seq: int) -> StoredEvent | None:
         with self._mutex:
             self._check_open()
-            if seq > self._f.chain.head:
-                self._f.sync()
+            if self._stale or seq > self._f.chain.head:
+                self._look()
             return self._f.chain.raw(seq)
 
     def digest_at(self, seq: int) -> bytes | None:
         with self._mutex:
             self._check_open()
-            if seq > self._f.chain.head:
-                self._f.sync()
+            if self._stale or seq > self._f.chain.head:
+                self._look()
             return self._f.chain.digest_at(seq)
 
     def verify(self) -> VerifyReport:
@@ -392,7 +422,7 @@ class JetStreamLog:
             fresh = Follower(self._conn, self.stream, self.prefix, self.failover_timeout)
             problems: list[Problem] = []
             try:
-                fresh.catch_up(state.last_seq, state.first_seq)
+                fresh.catch_up(state)
             except CorruptLogError as e:
                 problems.append(Problem(e.segment.name, e.offset, e.reason))
             chain = fresh.chain
