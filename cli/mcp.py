@@ -54,7 +54,8 @@ def serve(ctx: Ctx) -> None:
         raise click.ClickException(f"the MCP server needs the mcp package ({e}): {INSTALL}") \
             from None
     store = open_store(ctx, write=True)  # long-lived: checkpoints read, not mapped
-    click.echo(f"ctxledger mcp: serving {safe(str(ctx.store_dir))} over stdio (pid "
+    log = "" if ctx.log_choice.is_file else f", log in {ctx.log_name()}"
+    click.echo(f"ctxledger mcp: serving {safe(str(ctx.store_dir) + log)} over stdio (pid "
                f"{os.getpid()})", err=True)
     if sys.stdin.isatty():  # a person ran it: the protocol is for a client to speak
         click.echo("ctxledger mcp: an MCP client starts this command and speaks JSON-RPC on "
