@@ -129,7 +129,7 @@ with ContextStore.open(sys.argv[2], readonly=True) as store:
     print("ready", flush=True)
     for line in sys.stdin:
         word = line.strip()
-        while not store.recall(word, limit=1):
+        while not any(word in h.summary for h in store.recall(word, limit=3)):
             pass
         print(json.dumps(time.time()), flush=True)
 """
@@ -147,7 +147,8 @@ def freshness(b: Backend, trials: int) -> list[float]:
         assert proc.stdout.readline().strip() == "ready"
         out: list[float] = []
         for i in range(trials):
-            word = f"freshword{os.getpid()}x{i}"
+            # one token, in no other entry: letters only (digits would split it)
+            word = "fresh" + "".join(chr(97 + int(c, 16)) for c in f"{os.getpid():x}{i:04x}")
             proc.stdin.write(word + "\n")
             proc.stdin.flush()
             time.sleep(0.02)  # the poller is now looking for it
