@@ -41,6 +41,7 @@ VARIANTS: dict[str, dict[str, int]] = {
     "no direct (narrow filters)": dict(DIRECT_MAX=-1),
     "no pair": dict(PAIR_MIN=10**9, MULTI_MAX=0),
     "no multi": dict(MULTI_MAX=0),
+    "no walk (impact order)": dict(WALK_MAX=-1),
 }
 
 

@@ -74,9 +74,10 @@ LAYOUTS: dict[str, dict[str, int]] = {
     "mid": dict(BIG_MIN_DOCS=10**9, MID_IMPACT_DOCS=1),
     "big-mid": dict(BIG_MIN_DOCS=1, BIG_FRACTION=3, MID_IMPACT_DOCS=1),
 }
-#: ranking thresholds forced: multi taking no term whole (only docs with two or more)
+#: ranking thresholds forced: walks giving up at once, multi taking no term whole
 TWEAKS: dict[str, dict[str, int]] = {
     "none": {},
+    "walk-giveup": dict(WALK_MAX=1),
     "multi-pairs": dict(MULTI_WHOLE=0),
 }
 

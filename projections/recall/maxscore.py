@@ -6,23 +6,27 @@ fallback of :func:`~projections.recall.strategies.rank` when no shortcut applies
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arrays import EMPTY_F, EMPTY_I, merge
+from . import constants
+from .arrays import EMPTY_F, EMPTY_I, Member, merge, sorted_unique
 from .constants import K1, B
 from .scoring import (
     K1P1,
     QueryState,
     Term,
     Unit,
+    best,
     exact_np,
     kth,
     length_norm,
     tf_np,
     top_np,
+    valid_fn,
     valid_np,
 )
 
@@ -161,7 +165,7 @@ def rank_maxscore(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | 
     Units (terms, or their tf >= 2 / tf = 1 halves) whose best possible
     contribution cannot lift a doc without the processed units above the
     current k-th best partial score are never scanned, only probed for the
-    surviving candidates.
+    surviving candidates; a last unit with an impact order is walked.
     """
     terms = q.terms
     remaining = sorted(units(ix, q), key=lambda u: u.ub)  # pop(): the best bound
@@ -174,16 +178,22 @@ def rank_maxscore(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | 
         # their partial score is exact and the base bounds prune them correctly
         lists.append(postings_np(ix, q, list(enumerate(terms)), base=False))
     u: Unit | None = None  # the unit scanned next
+    tail: Unit | None = None
     cand, part = EMPTY_I, EMPTY_F
     while True:
         if u is not None:
             lists.append(unit_postings(ix, q, [u]))
+            u = None
         if lists:
             cand, part = merge([(cand, part, True)] + lists if len(cand) else lists)
             lists = []
         valid = valid_np(ix, q, cand, exclude)
         theta = kth(part, valid, k)
         if not remaining or rem_ub < theta - 1e-9 * (1.0 + abs(theta)):
+            break
+        if len(remaining) == 1 and remaining[0].kind != "hi" and (
+                remaining[0].t.big >= 0 or remaining[0].t.mid >= 0):
+            tail = remaining[0]
             break
         u = remaining.pop()
         rem_ub -= u.ub
@@ -197,7 +207,10 @@ def rank_maxscore(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | 
         D, P = (cand, part) if valid is None else (cand[valid], part[valid])
     D, P = probe(ix, q, D, P, remaining, rem_ub, k)
     sc, tfm = exact_np(ix, q, D)
-    return top_np(ix, q, D, sc, k, tfm)
+    top = top_np(ix, q, D, sc, k, tfm)
+    if tail is None:
+        return top
+    return rank_tail(ix, q, top, cand, tail, k, exclude)
 
 
 def probe(ix: RecallIndex, q: QueryState, D: np.ndarray, P: np.ndarray,
@@ -231,3 +244,75 @@ def probe(ix: RecallIndex, q: QueryState, D: np.ndarray, P: np.ndarray,
             keep = P + left >= th - 1e-9 * (1.0 + abs(th))
             D, P, nrm = D[keep], P[keep], nrm[keep]
     return D, P
+
+
+def rank_tail(ix: RecallIndex, q: QueryState, top: list[Any], cand: np.ndarray, tail: Unit,
+              k: int, exclude: np.ndarray | None) -> list[Any]:
+    """The top ``k`` with the last unit's docs outside ``cand`` added: walked in its
+    impact order, or, when the walk gives up, that term's postings scored in full."""
+    terms = q.terms
+    seen = Member(cand, ix._n)
+    walked = walk(ix, q, tail.t, k, seen, valid_fn(ix, q, exclude), lo_only=tail.kind == "lo")
+    if walked is None:
+        # too much skipping: score the tail term in full
+        j = tail.j
+        cand = sorted_unique(np.concatenate((cand, postings_np(ix, q, [(j, terms[j])])[0])))
+        valid = valid_np(ix, q, cand, exclude)
+        if valid is not None:
+            cand = cand[valid]
+        sc, tfm = exact_np(ix, q, cand)
+        return top_np(ix, q, cand, sc, k, tfm)
+    return best(ix, top + walked, k)
+
+
+def walk(ix: RecallIndex, q: QueryState, t: Term, k: int, seen: Any, ok: Any, lo_only: bool = False
+          ) -> list[Any] | None:
+    """The best ``k`` valid docs outside ``seen``, by term ``t``'s contribution alone.
+
+    Walks the term's impact order (per tf group: shortest docs first, then
+    newest), merging the groups by score; None when too many docs had to be
+    skipped (the caller then scores the term in full).  Delta docs are not
+    in impact orders: callers put them in ``seen``. A negative ``WALK_MAX``
+    never walks (``benchmarks/bench_strategies.py``'s "no walk").
+    """
+    if constants.WALK_MAX < 0:
+        return None
+    orders = ix._imp if t.big >= 0 else ix._mimp
+    m = t.big if t.big >= 0 else t.mid
+    imp = orders.entry
+    base = None if t.big >= 0 else ix._post.doc_mv[t.s0 :]
+    g0, g1 = orders.goff[m], orders.goff[m + 1]
+    end = orders.off[m + 1]
+    gtf, gst = orders.gtf, orders.gstart
+    dl = ix._dl_mv
+    idf, avgdl, i0 = t.idf, q.avgdl, q.i0
+    heap = []
+    for g in range(g0, g1):
+        s = gst[g]
+        e = gst[g + 1] if g + 1 < g1 else end
+        tf = gtf[g]
+        if s < e and (tf == 1 or not lo_only):
+            d = imp[s] if base is None else base[imp[s]]
+            sc = idf * (tf * K1P1) / (tf + K1 * (1.0 - B + B * (dl[d] / avgdl)))
+            heap.append((-sc, -d, s, e, tf))
+    heapq.heapify(heap)
+    out: list[Any] = []
+    skipped = 0
+    tok = [t.tok]
+    while heap and len(out) < k:
+        nsc, nd, s, e, tf = heap[0]
+        d = -nd
+        if d >= i0 and d not in seen and (ok is None or ok(d)):
+            out.append((-nsc, d, tok))
+        else:
+            skipped += 1
+            if skipped > constants.WALK_MAX:
+                return None
+        s += 1
+        if s < e:
+            d = imp[s] if base is None else base[imp[s]]
+            sc = idf * (tf * K1P1) / (tf + K1 * (1.0 - B + B * (dl[d] / avgdl)))
+            heapq.heapreplace(heap, (-sc, -d, s, e, tf))
+        else:
+            heapq.heappop(heap)
+    return out

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import constants
 from .arrays import sorted_unique
-from .maxscore import rank_maxscore
+from .maxscore import rank_maxscore, walk
 from .scoring import QueryState, best, exact_np, exact_py, top_np, valid_fn, valid_np
 
 if TYPE_CHECKING:
@@ -184,14 +184,13 @@ def rank_direct(ix: RecallIndex, q: QueryState, D: np.ndarray, k: int, exclude: 
 
 def rank_tiny(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | None
               ) -> list[Any] | None:
-    """All small terms have few postings: plain Python; None when the big terms
-    (not scanned) could still lift a doc outside those postings into the top ``k``."""
+    """All small terms have few postings: plain Python, big terms probed or walked."""
     ok = valid_fn(ix, q, exclude)
     pd = ix._post.doc_mv
     cand: dict[int, None] = dict.fromkeys(q.boost)
     big = []
     for t in q.terms:
-        if len(t.dd):  # delta docs: always candidates
+        if len(t.dd):  # delta docs: never in an impact order, always candidates
             cand.update(dict.fromkeys(t.dd.tolist()))
         if t.big >= 0:
             big.append(t)
@@ -209,4 +208,9 @@ def rank_tiny(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | None
     rem = sum(t.ub for t in big)
     if rem < theta - 1e-9 * (1.0 + abs(theta)):
         return top
-    return None
+    if len(big) > 1:
+        return None
+    walked = walk(ix, q, big[0], k, cand, ok)
+    if walked is None:
+        return None
+    return best(ix, top + walked, k)
