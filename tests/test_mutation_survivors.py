@@ -5,12 +5,25 @@ fixed clock and pinned examples, not a random test's luck.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from eventstore import CorruptLogError, Event, MemoryLog
+from eventstore import CorruptLogError, Event, Ledger, MemoryLog
 from eventstore.event import encode_batch
-from eventstore.frame import FRAME_HEADER_SIZE, encode_frame_parts, payload_prefix
+from eventstore.frame import (
+    FRAME_HEADER_SIZE,
+    FRAME_MAGIC,
+    GENESIS_DIGEST,
+    SEGMENT_HEADER_SIZE,
+    content_end,
+    encode_frame_parts,
+    payload_prefix,
+    read_frame_header,
+)
 from eventstore.framechain import FrameChain
+from eventstore.salvage import scan as salvage_scan
+from projections.cache import CacheState
 
 # --- FrameChain.add_checked: frames that come from elsewhere (the JetStream log) ----
 
@@ -89,3 +102,82 @@ def test_add_checked_refuses_a_payload_writers_do_not_write() -> None:
     with pytest.raises(CorruptLogError, match="shape") as e:
         copy.add_checked(frame)
     assert e.value.offset == 0 and copy.head == 0 and copy.frames == []
+
+
+# --- salvage: where the scan picks up again after a damaged frame header --------------
+
+
+def _one_segment_log(tmp_path: Path) -> tuple[Path, bytes, list[int]]:
+    """Six one-event frames in one segment, each payload holding the frame magic
+    (``CTXF``) as text: a scan for the next frame meets it before the real one."""
+    with Ledger.open(tmp_path / "log") as led:
+        for i in range(6):
+            led.append([Event("x.y", f"k{i}", {"text": "CTXF" * 2, "i": i})])
+    seg = next((tmp_path / "log").glob("*.seg"))
+    data = seg.read_bytes()
+    data = data[: content_end(data, SEGMENT_HEADER_SIZE)]
+    offs, off = [], SEGMENT_HEADER_SIZE
+    while off < len(data):
+        offs.append(off)
+        off = read_frame_header(data, off).end
+    assert len(offs) == 6 and data.count(FRAME_MAGIC) > 6
+    return seg, data, offs
+
+
+def _scan(seg: Path, data: bytes) -> tuple[list[list[int]], list[int], bool]:
+    out = salvage_scan([(seg, data)], 1, GENESIS_DIGEST)
+    return out.lost, [b.first_seq for b in out.batches], out.torn_tail
+
+
+def test_salvage_resumes_at_the_very_next_frame_after_a_damaged_header(tmp_path: Path) -> None:
+    seg, data, offs = _one_segment_log(tmp_path)
+    bad = bytearray(data)
+    bad[offs[1] + 10] ^= 0x5A  # frame 2's header: its crc fails, its digest is unknown
+    # the magic inside frame 2's own payload is no frame; frame 3 is the next one, kept
+    # in the scan but unverifiable (the digest it chains to is gone); 4-6 check out
+    assert _scan(seg, bytes(bad)) == ([[2, 3]], [1, 4, 5, 6], False)
+
+
+def test_salvage_finds_a_frame_one_byte_past_the_damage(tmp_path: Path) -> None:
+    seg, data, offs = _one_segment_log(tmp_path)
+    shifted = data[: offs[1]] + b"\x00" + data[offs[1]:]  # one stray byte before frame 2
+    # frame 2 starts one byte on and claims exactly the seq expected: it is the resume
+    # point (lost only because the scan lost its chain), frame 3 checks out against it
+    assert _scan(seg, shifted) == ([[2, 2]], [1, 3, 4, 5, 6], False)
+
+
+# --- cache: key prefixes at the edges of their range, and expiry at the edge ----------
+
+
+def _cache_put(state: CacheState, key: str, seq: int, at: float) -> None:
+    state.apply(Event("cache.put", key, {"packet": {"target": "t"}, "bytes": 1}, seq=seq, at=at))
+
+
+def test_keys_with_prefix_takes_the_first_and_last_key_of_its_range() -> None:
+    # base: the lowest and highest keys under abcdef01 and their neighbours outside it;
+    # delta: the same under abcdef03 (a prefix is 8 to 64 hex digits)
+    lo1, hi1 = "abcdef01" + "0" * 56, "abcdef01" + "f" * 56
+    lo3, hi3 = "abcdef03" + "0" * 56, "abcdef03" + "f" * 56
+    below, above = "abcdef00" + "f" * 56, "abcdef04" + "0" * 56
+    state = CacheState()
+    for seq, k in enumerate([below, lo1, hi1, "abcdef02" + "0" * 56], 1):
+        _cache_put(state, k, seq, 10.0)
+    half = CacheState.from_bytes(state.to_bytes())
+    for seq, k in enumerate([lo3, hi3, above], 5):
+        _cache_put(half, k, seq, 20.0)
+    assert half.keys_with_prefix("abcdef01", None) == [lo1, hi1]
+    assert half.keys_with_prefix("abcdef03", None) == [lo3, hi3]
+    for k in (lo1, hi1, lo3, hi3):  # a whole key: the range is that key alone
+        assert half.keys_with_prefix(k, None) == [k]
+
+
+def test_keys_with_prefix_expires_an_entry_exactly_at_live_after() -> None:
+    base_key, delta_key = "abcdef01" + "1" * 56, "abcdef01" + "2" * 56
+    state = CacheState()
+    _cache_put(state, base_key, 1, 10.0)
+    half = CacheState.from_bytes(state.to_bytes())
+    _cache_put(half, delta_key, 2, 20.0)
+    assert half.keys_with_prefix("abcdef01", 9.999) == [base_key, delta_key]
+    assert half.keys_with_prefix("abcdef01", 10.0) == [delta_key]  # created == live_after
+    assert half.keys_with_prefix("abcdef01", 19.999) == [delta_key]
+    assert half.keys_with_prefix("abcdef01", 20.0) == []
