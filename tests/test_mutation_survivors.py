@@ -5,6 +5,9 @@ fixed clock and pinned examples, not a random test's luck.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,8 @@ from eventstore.frame import (
 )
 from eventstore.framechain import FrameChain
 from eventstore.salvage import scan as salvage_scan
-from projections.cache import CacheState
+from projections.cache import CacheState, find_key, find_key_plain
+from projections.checkpoints import CheckpointDir
 
 # --- FrameChain.add_checked: frames that come from elsewhere (the JetStream log) ----
 
@@ -181,3 +185,57 @@ def test_keys_with_prefix_expires_an_entry_exactly_at_live_after() -> None:
     assert half.keys_with_prefix("abcdef01", 10.0) == [delta_key]  # created == live_after
     assert half.keys_with_prefix("abcdef01", 19.999) == [delta_key]
     assert half.keys_with_prefix("abcdef01", 20.0) == []
+
+
+# --- checkpoints: the sweep of temp files dead writers left ----------------------------
+
+
+def test_a_checkpoint_write_sweeps_dead_writers_temp_files_only(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # reaped: its pid names no process now
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        d = tmp_path / "checkpoints"
+        d.mkdir()
+        names = {w: f"cache.ckpt.{w}.0badf00d.tmp" for w in (dead.pid, live.pid, os.getpid())}
+        names["odd"] = "cache.ckpt.x12.0badf00d.tmp"  # no pid: nobody's, swept
+        other = d / f"tasks.ckpt.{dead.pid}.0badf00d.tmp"  # another view's: not this sweep's
+        for n in [*names.values(), other.name]:
+            (d / n).write_bytes(b"partial")
+        CheckpointDir(d, readonly=False).write("cache", 1, 0, bytes(32), b"body")
+        left = sorted(p.name for p in d.iterdir())
+        assert left == sorted(["cache.ckpt", names[live.pid], names[os.getpid()], other.name])
+        assert live.poll() is None  # asked whether it lives (signal 0), never signalled
+    finally:
+        live.kill()
+        live.wait()
+
+
+# --- the cache's plain key search (the oracle find_key is tested against) -------------
+
+
+def test_find_key_looks_only_at_the_first_n_keys_of_its_buffer() -> None:
+    keys = [bytes([i]) * 32 for i in (1, 2, 3)]
+    buf = memoryview(b"".join(keys))
+    for find in (find_key, find_key_plain):
+        assert [find(buf, 3, k) for k in keys] == [0, 1, 2]
+        assert find(buf, 2, keys[2]) == -1  # past n: not a key of this base
+        assert find(buf, 3, bytes(32)) == -1 and find(buf, 0, keys[0]) == -1
+
+
+# --- the JSON shapes `verify --json` and `salvage --json` print (docs/operations.md) ---
+
+
+def test_verify_and_salvage_reports_keep_their_json_keys(tmp_path: Path) -> None:
+    seg, data, offs = _one_segment_log(tmp_path)
+    bad = bytearray(seg.read_bytes())
+    bad[offs[1] + 10] ^= 0x5A
+    seg.write_bytes(bytes(bad))
+    with Ledger.open(tmp_path / "log") as led:
+        problem = led.verify().problems[0]
+        assert problem.to_json() == {"segment": seg.name, "offset": offs[1],
+                                     "error": problem.error}
+        rep = led.salvage().to_json()
+    assert rep == {"salvaged": True, "lost": [[2, 3]], "lost_events": 2, "kept_events": 4,
+                   "damaged_segments": [seg.name], "quarantined": [f"{seg.name}.damaged"],
+                   "new_base_seq": 7, "new_head_seq": 11}  # a marker at 7, the 4 kept after
