@@ -12,7 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from eventstore import CorruptLogError, Event, Ledger, MemoryLog
+from eventstore import (
+    CorruptLogError,
+    Event,
+    GenerationChangedError,
+    HeadMismatchError,
+    ImportRefusedError,
+    Ledger,
+    LedgerError,
+    LockTimeout,
+    MemoryLog,
+    NotOwnerError,
+    StoreNotFoundError,
+    UnsupportedFormatError,
+)
 from eventstore.event import encode_batch
 from eventstore.frame import (
     FRAME_HEADER_SIZE,
@@ -239,3 +252,39 @@ def test_verify_and_salvage_reports_keep_their_json_keys(tmp_path: Path) -> None
     assert rep == {"salvaged": True, "lost": [[2, 3]], "lost_events": 2, "kept_events": 4,
                    "damaged_segments": [seg.name], "quarantined": [f"{seg.name}.damaged"],
                    "new_base_seq": 7, "new_head_seq": 11}  # a marker at 7, the 4 kept after
+
+
+# --- errors: what each says and carries (the CLI prints the message as it is) ---------
+
+
+@pytest.mark.parametrize("err, attrs, message", [
+    (CorruptLogError("/l/1.seg", 64, "bad frame header"),
+     {"segment": Path("/l/1.seg"), "offset": 64, "reason": "bad frame header"},
+     "1.seg: corrupt log at byte 64 (bad frame header); run `ctxledger verify` for a report"),
+    (UnsupportedFormatError("/l/1.seg", 9, 3), {"segment": Path("/l/1.seg"), "version": 9},
+     "1.seg: log format version 9 is newer than this ctxledger understands (<= 3); "
+     "upgrade ctxledger"),
+    (LockTimeout("/l/LOCK", 42, 2.25), {"lock_path": Path("/l/LOCK"), "holder_pid": 42,
+                                        "waited": 2.25},
+     "log is locked by process 42 (/l/LOCK); gave up after 2.2s"),
+    (LockTimeout("/l/LOCK", None, 1.0), {"holder_pid": None},
+     "log is locked by another process (/l/LOCK); gave up after 1.0s"),
+    (HeadMismatchError(3, 5), {"expected": 3, "actual": 5},
+     "expected log head 3, but it is 5; nothing written"),
+    (GenerationChangedError("/l/7.seg"), {"segment": Path("/l/7.seg")},
+     "7.seg was removed while it was read: the log moved to a new generation "
+     "(ctxledger compact or salvage); run the command again"),
+    (ImportRefusedError(12, "bad json"), {"line": 12, "reason": "bad json"},
+     "line 12: bad json; nothing was imported"),
+    (NotOwnerError("/s", 1001, 1002), {"path": Path("/s"), "owner_uid": 1001, "euid": 1002},
+     "/s belongs to uid 1001, not to this user (uid 1002); ctxledger does not write to a "
+     "store another user owns (its owner controls what you would read back): run as that "
+     "user, or chown the store"),
+    (StoreNotFoundError("/s"), {"path": Path("/s")},
+     "no ctxledger store at /s (run `ctxledger init` first)"),
+])
+def test_errors_say_what_to_do_and_carry_their_fields(
+    err: LedgerError, attrs: dict[str, object], message: str
+) -> None:
+    assert isinstance(err, LedgerError) and str(err) == message
+    assert {k: getattr(err, k) for k in attrs} == attrs
