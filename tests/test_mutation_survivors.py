@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from eventstore import (
@@ -38,9 +39,12 @@ from eventstore.frame import (
     read_frame_header,
 )
 from eventstore.framechain import FrameChain
+from eventstore.generation import anchor_digest
+from eventstore.lock import WriterLock
 from eventstore.salvage import scan as salvage_scan
 from projections.cache import CacheState, find_key, find_key_plain
 from projections.checkpoints import CheckpointDir
+from projections.compaction import compact
 
 # --- FrameChain.add_checked: frames that come from elsewhere (the JetStream log) ----
 
@@ -166,8 +170,12 @@ def test_salvage_finds_a_frame_one_byte_past_the_damage(tmp_path: Path) -> None:
 # --- cache: key prefixes at the edges of their range, and expiry at the edge ----------
 
 
+def _put(key: str) -> Event:
+    return Event("cache.put", key, {"packet": {"target": "t"}, "bytes": 1})
+
+
 def _cache_put(state: CacheState, key: str, seq: int, at: float) -> None:
-    state.apply(Event("cache.put", key, {"packet": {"target": "t"}, "bytes": 1}, seq=seq, at=at))
+    state.apply(attrs.evolve(_put(key), seq=seq, at=at))
 
 
 def test_keys_with_prefix_takes_the_first_and_last_key_of_its_range() -> None:
@@ -288,3 +296,42 @@ def test_errors_say_what_to_do_and_carry_their_fields(
 ) -> None:
     assert isinstance(err, LedgerError) and str(err) == message
     assert {k: getattr(err, k) for k in attrs} == attrs
+
+
+# --- anchors of a compacted log: only seqs below the base are looked up ---------------
+
+
+def test_anchor_digest_reads_the_anchors_file_only_for_seqs_below_the_base(
+    tmp_path: Path,
+) -> None:
+    with Ledger.open(tmp_path / "plain") as led:  # never compacted: base 1, no anchors
+        led.append([Event("x.y", "a", {})])
+        assert led.base == 1 and led.anchor_digest(0) is None and led.anchor_digest(1) is None
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        for i in range(3):
+            led.append([_put(f"{i:064x}")])
+        led.append([Event("cache.evicted", f"{0:064x}", {"reason": "manual_prune"})])
+        digests = [led.digest_at(s) for s in range(1, 5)]
+        assert compact(led).compacted
+        base = led.base
+        assert base == 5 and [led.anchor_digest(s) for s in range(1, 5)] == digests
+        anchors = next(log.glob("*anchors*"))
+        assert anchor_digest(anchors.read_bytes(), base) is None  # past every entry
+        anchors.write_bytes(anchors.read_bytes()[:-1] + b"\x00")  # damaged
+        assert led.anchor_digest(base) is None and led.anchor_digest(base + 1) is None
+        with pytest.raises(CorruptLogError, match="anchors file does not match") as e:
+            led.anchor_digest(base - 1)
+        assert e.value.offset == 0 and e.value.segment == anchors
+
+
+def test_a_lock_file_without_a_pid_names_no_holder(tmp_path: Path) -> None:
+    path = tmp_path / "LOCK"
+    path.write_bytes(b"not-a-pid".ljust(32, b"\0"))
+    lock = WriterLock(path, timeout=0.0)
+    try:
+        assert lock.holder_pid() is None
+        path.write_bytes(b"4242".ljust(23) + b"\n" + bytes(8))
+        assert lock.holder_pid() == 4242
+    finally:
+        lock.close()
