@@ -35,8 +35,11 @@ from eventstore.frame import (
     FRAME_MAGIC,
     GENESIS_DIGEST,
     SEGMENT_HEADER_SIZE,
+    FrameError,
     content_end,
     encode_frame_parts,
+    encode_payload,
+    iter_frames,
     payload_prefix,
     read_frame_header,
 )
@@ -44,6 +47,7 @@ from eventstore.framechain import FrameChain
 from eventstore.generation import anchor_digest
 from eventstore.lock import WriterLock
 from eventstore.salvage import scan as salvage_scan
+from projections import AmbiguousKeyError, ContextStore, StoreConfig, UnknownKeyError
 from projections.cache import CacheState, find_key, find_key_plain
 from projections.checkpoints import CheckpointDir
 from projections.compaction import compact
@@ -357,3 +361,66 @@ def test_a_lock_file_without_a_pid_names_no_holder(tmp_path: Path) -> None:
         assert lock.holder_pid() == 4242
     finally:
         lock.close()
+
+
+# --- frames: iter_frames checks digests unless told not to; payload errors say why ----
+
+
+def test_iter_frames_checks_the_chain_digest_by_default() -> None:
+    frame = _frame(GENESIS_DIGEST, 1, 1.0)
+    assert [f.first_seq for f in iter_frames(frame, 0, GENESIS_DIGEST, 1)] == [1]
+    with pytest.raises(FrameError, match="checksum mismatch"):
+        list(iter_frames(frame, 0, b"\x01" * 32, 1))  # chained to another digest
+    assert [f.first_seq for f in iter_frames(frame, 0, b"\x01" * 32, 1, check=False)] == [1]
+
+
+def test_a_payload_that_is_not_cbor_says_so() -> None:
+    with pytest.raises(ValueError, match="^event data cannot be encoded as CBOR: "):
+        encode_payload(1.0, None, [["x.y", "k", {"f": object()}]])
+
+
+# --- checkpoints: a mapped file rewritten in place is found behind a removed one -------
+
+
+def test_changed_in_place_looks_past_a_mapped_file_that_was_removed(tmp_path: Path) -> None:
+    d = tmp_path / "checkpoints"
+    ckd = CheckpointDir(d, readonly=False, mapped=True)
+    for name in ("alpha", "beta"):
+        ckd.write(name, 1, 0, bytes(32), b"body of " + name.encode())
+        assert len(list(ckd.load(name, []))) == 1  # mapped
+    assert ckd.changed_in_place() == []
+    (d / "alpha.ckpt").unlink()  # gone: the mapping keeps the old file, nothing to report
+    beta = d / "beta.ckpt"
+    with open(beta, "r+b") as f:  # rewritten in place (ctxledger renames; someone else)
+        f.seek(0, os.SEEK_END)
+        f.write(b"more")
+    assert ckd.changed_in_place() == ["beta.ckpt"]
+    with pytest.raises(LedgerError) as e:
+        ckd.check_unchanged()
+    assert str(e.value) == (
+        f"checkpoint beta.ckpt in {d} was rewritten in place while in use (ctxledger only "
+        "replaces checkpoints by rename): nothing was served; run the command again")
+
+
+# --- store: a whole key expires exactly ttl after its put, like a prefix ---------------
+
+
+def test_resolve_key_expires_a_whole_key_and_a_prefix_exactly_ttl_after_the_put(
+    tmp_path: Path,
+) -> None:
+    now = [1000.0]
+    ttl = 100.0
+    k1, k2 = "abcdef01" + "1" * 56, "abcdef01" + "2" * 56  # the view takes a put's key as given
+    with MemoryLog(clock=lambda: now[0]) as log, ContextStore.open(
+        tmp_path, log=log, clock=lambda: now[0], config=StoreConfig(ttl_seconds=ttl)
+    ) as store:
+        log.append([_put(k1), _put(k2)])  # at 1000.0
+        now[0] = 1000.0 + ttl - 0.001  # just before the edge: both live
+        assert store.resolve_key(k1) == k1 and store.resolve_key(k2[:12]) == k2
+        with pytest.raises(AmbiguousKeyError) as e:
+            store.resolve_key("ABCDEF01")
+        assert (e.value.prefix, e.value.candidates) == ("abcdef01", [k1, k2])
+        now[0] = 1000.0 + ttl  # at the edge: expired, whole key and prefix alike
+        for want in (k1, k2[:12], "abcdef01"):
+            with pytest.raises(UnknownKeyError):
+                store.resolve_key(want)
