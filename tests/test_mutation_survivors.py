@@ -6,6 +6,7 @@ fixed clock and pinned examples, not a random test's luck.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -252,10 +253,25 @@ def test_a_checkpoint_write_sweeps_dead_writers_temp_files_only(tmp_path: Path) 
         CheckpointDir(d, readonly=False).write("cache", 1, 0, bytes(32), b"body")
         left = sorted(p.name for p in d.iterdir())
         assert left == sorted(["cache.ckpt", names[live.pid], names[os.getpid()], other.name])
-        assert live.poll() is None  # asked whether it lives (signal 0), never signalled
     finally:
-        live.kill()
-        live.wait()
+        live.terminate()
+        # asked whether it lives (signal 0), never signalled: it dies of our SIGTERM (a
+        # signal sent before would be pending, and a lower-numbered one is taken first)
+        assert live.wait() == -signal.SIGTERM
+
+
+def test_the_sweep_keeps_a_temp_file_of_a_process_it_may_not_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def kill(pid: int, sig: int) -> None:  # another user's process, as a non-root user sees it
+        raise PermissionError(1, "Operation not permitted")
+
+    d = tmp_path / "checkpoints"
+    d.mkdir()
+    (d / "cache.ckpt.1.0badf00d.tmp").write_bytes(b"partial")
+    monkeypatch.setattr(os, "kill", kill)
+    CheckpointDir(d, readonly=False).write("cache", 1, 0, bytes(32), b"body")
+    assert sorted(p.name for p in d.iterdir()) == ["cache.ckpt", "cache.ckpt.1.0badf00d.tmp"]
 
 
 # --- the cache's plain key search (the oracle find_key is tested against) -------------
