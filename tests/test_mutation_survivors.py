@@ -5,6 +5,7 @@ fixed clock and pinned examples, not a random test's luck.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -52,6 +53,8 @@ from projections import AmbiguousKeyError, ContextStore, StoreConfig, UnknownKey
 from projections.cache import CacheState, find_key, find_key_plain
 from projections.checkpoints import CheckpointDir
 from projections.compaction import compact
+from projections.recall import BOOSTS, RecallDoc, RecallIndex
+from projections.recall.match import path_level, sym_level
 
 # --- FrameChain.add_checked: frames that come from elsewhere (the JetStream log) ----
 
@@ -440,3 +443,73 @@ def test_resolve_key_expires_a_whole_key_and_a_prefix_exactly_ttl_after_the_put(
         for want in (k1, k2[:12], "abcdef01"):
             with pytest.raises(UnknownKeyError):
                 store.resolve_key(want)
+
+
+# --- recall: structured matching levels and the live filter of path aliases -----------
+
+
+@pytest.mark.parametrize("v, w, partial, level", [
+    ("authservice", "authservice", False, 3),
+    ("authservice.login", "login", False, 3),  # the last qualified component
+    ("authservice#login", "login", True, 3),
+    ("a.b", "", True, 0),  # an empty word matches nothing
+    ("authservice", "service", False, 0),  # ends with it, not at a separator
+    ("authservice", "service", True, 1),  # contains it
+    ("login.handler", "log", True, 2),  # a prefix of the first component
+    ("auth.service.x", "service", True, 2),  # a prefix of a later component
+    ("login.xlogin", "login", True, 2),  # the first occurrence starts a component
+    ("a.b", "x", True, 0),
+])
+def test_sym_level(v: str, w: str, partial: bool, level: int) -> None:
+    assert sym_level(v, w, partial) == level
+
+
+@pytest.mark.parametrize("v, cw, level", [
+    ("src/auth.rs", "src/auth.rs", 2),
+    ("a/src/auth.rs", "src/auth.rs", 2),  # a suffix at a separator
+    ("xsrc/auth.rs", "src/auth.rs", 0),
+    ("b/auth.rs", "src/auth.rs", 0),
+    ("a/b/c.rs", "c.rs", 1),  # the basename
+    ("a/b/c.rs", "b/c.rs", 2),
+    ("src/auth.rs", "lib.rs", 0),
+])
+def test_path_level(v: str, cw: str, level: int) -> None:
+    assert path_level(v, cw) == level
+
+
+def _rdoc(key: str, created: float = 1.0, paths: tuple[str, ...] = (),
+          syms: tuple[str, ...] = ()) -> RecallDoc:
+    return RecallDoc(key, "t", created, "zz", paths, syms, (), (), (), (), 100)
+
+
+def _score(ix: RecallIndex, query: str, key: str, live_after: float | None = None) -> float:
+    return next(h.score for h in ix.search(query, now=10.0, live_after=live_after)
+                if h.cache_key == key)
+
+
+def test_path_boosts_exact_and_alias_and_an_alias_must_name_one_live_path() -> None:
+    ix = RecallIndex.build([_rdoc("a", 5.0, paths=("src/auth.rs",)),
+                            _rdoc("b", 3.0, paths=("lib/other.rs",))])
+    # the boost alone: against the same words where the path does not match
+    assert _score(ix, "src/auth.rs", "a") - _score(ix, "x/src/auth.rs", "a") == pytest.approx(
+        BOOSTS["path_exact"])
+    assert _score(ix, "auth.rs", "a") - _score(ix, "y/auth.rs", "a") == pytest.approx(
+        BOOSTS["path_alias"])
+    two = RecallIndex.build([_rdoc("a", 5.0, paths=("src/auth.rs",)),
+                             _rdoc("c", 3.0, paths=("lib/auth.rs",))])
+    no_alias = _score(two, "y/auth.rs", "a")
+    assert _score(two, "auth.rs", "a") == pytest.approx(no_alias)  # two paths: no alias
+    # c expired: one live path left, an alias again; created == live_after is live
+    assert _score(two, "auth.rs", "a", live_after=3.0) == pytest.approx(no_alias)
+    assert _score(two, "auth.rs", "a", live_after=math.nextafter(3.0, 4.0)) == pytest.approx(
+        _score(two, "y/auth.rs", "a", live_after=4.0) + BOOSTS["path_alias"])
+
+
+def test_a_path_like_word_matches_symbols_partly_only_when_no_path_matched() -> None:
+    ix = RecallIndex.build([_rdoc("a", syms=("config.rs_loader",)), _rdoc("b")])
+    assert "symbol_match" in ix.search("config.rs", now=10.0)[0].match_reasons
+    ix = RecallIndex.build([_rdoc("a", syms=("config.rs_loader",)),
+                            _rdoc("c", paths=("src/config.rs",))])
+    hits = {h.cache_key: h for h in ix.search("config.rs", now=10.0)}
+    assert "path_match" in hits["c"].match_reasons
+    assert "symbol_match" not in hits["a"].match_reasons

