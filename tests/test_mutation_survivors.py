@@ -513,3 +513,31 @@ def test_a_path_like_word_matches_symbols_partly_only_when_no_path_matched() -> 
     hits = {h.cache_key: h for h in ix.search("config.rs", now=10.0)}
     assert "path_match" in hits["c"].match_reasons
     assert "symbol_match" not in hits["a"].match_reasons
+
+
+def test_filters_combine_as_an_intersection() -> None:
+    def d(key: str, target: str, paths: tuple[str, ...], syms: tuple[str, ...],
+          ptypes: tuple[str, ...]) -> RecallDoc:
+        return RecallDoc(key, target, 1.0, "word", paths, syms, (), (), ptypes, (), 100)
+
+    docs = [d("all", "t", ("src/a.rs",), ("Auth.login",), ("coverage",)),
+            d("no-path", "t", ("src/b.rs",), ("Auth.login",), ("coverage",)),
+            d("no-sym", "t", ("src/a.rs",), ("Other",), ("coverage",)),
+            d("no-type", "t", ("src/a.rs",), ("Auth.login",), ("refactor",)),
+            d("no-target", "u", ("src/a.rs",), ("Auth.login",), ("coverage",)),
+            d("extra", "t", ("src/a.rs", "src/c.rs"), ("Auth.login",), ("coverage",))]
+    ix = RecallIndex.build(docs)
+    hits = ix.search("word", now=10.0, limit=10, target="t", packet_types=["coverage"],
+                     path_filters=["src/a.rs"], symbol_filters=["login"])
+    assert sorted(h.cache_key for h in hits) == ["all", "extra"]
+    hits = ix.search("word", now=10.0, limit=10, path_filters=["src/a.rs"],
+                     symbol_filters=["auth.login"])
+    assert sorted(h.cache_key for h in hits) == ["all", "extra", "no-target", "no-type"]
+
+
+def test_a_symbol_filter_narrows_many_trigram_candidates() -> None:
+    # more than 8 symbols hold both trigrams of "foobar"; two hold the word itself
+    syms = [f"foo_bar_{i}" for i in range(10)] + ["foobar_x", "xfoobar"]
+    ix = RecallIndex.build([_rdoc(s, syms=(s,)) for s in syms])
+    hits = ix.search("zz", now=10.0, limit=20, symbol_filters=["foobar"])
+    assert sorted(h.cache_key for h in hits) == ["foobar_x", "xfoobar"]

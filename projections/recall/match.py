@@ -110,6 +110,8 @@ def sym_partial(ix: RecallIndex, w: str) -> tuple[list[tuple[int, int]], list[tu
     """Symbols containing ``w`` (lowercased): ([(base value id, level)], [(delta, level)])."""
     wb = enc(w)
     base: list[tuple[int, int]] = []
+    # (the scan below finds the same symbols for a 3-byte word, only slower: mutants
+    # that move the bound to 4 are equivalent)
     if len(wb) >= 3:
         for v in trigram_candidates(ix, wb):
             lv = sym_level(value_str(ix, "sym", v).lower(), w, True)
@@ -138,6 +140,10 @@ def trigram_candidates(ix: RecallIndex, wb: bytes) -> list[int]:
     Non-overlapping trigrams (and the last one) cover every byte of ``wb``: a few
     bisects, no numpy call. The rarest trigram's list is the start, narrowed by
     the next rarest lists while more than 8 candidates are left.
+
+    Any superset gives the same answer (the caller checks each candidate), so mutants
+    that sample other trigrams, order the lists otherwise, start from a longer list or
+    narrow by fewer lists are equivalent: they change the work, not the result.
     """
     tg = ix._tg
     code, off = tg.code, tg.off
