@@ -39,6 +39,7 @@ from eventstore.frame import (
     SEGMENT_HEADER_SIZE,
     FrameError,
     content_end,
+    decode_rows_at,
     encode_frame_parts,
     encode_payload,
     iter_frames,
@@ -541,3 +542,12 @@ def test_a_symbol_filter_narrows_many_trigram_candidates() -> None:
     ix = RecallIndex.build([_rdoc(s, syms=(s,)) for s in syms])
     hits = ix.search("zz", now=10.0, limit=20, symbol_filters=["foobar"])
     assert sorted(h.cache_key for h in hits) == ["foobar_x", "xfoobar"]
+
+
+def test_decode_rows_at_takes_a_non_empty_range_inside_the_batch() -> None:
+    rows, count = encode_batch([Event("x.y", f"k{i}", {"i": i}) for i in range(3)], None)
+    payload = payload_prefix(1.0, None) + rows
+    assert [r[1] for r in decode_rows_at(payload, 0, 3) or []] == ["k0", "k1", "k2"]
+    assert [r[1] for r in decode_rows_at(payload, 2, 3) or []] == ["k2"]
+    for lo, hi in ((1, 1), (2, 1), (-1, 1), (0, 4)):  # empty, reversed, outside: not this shape
+        assert decode_rows_at(payload, lo, hi) is None
