@@ -551,3 +551,17 @@ def test_decode_rows_at_takes_a_non_empty_range_inside_the_batch() -> None:
     assert [r[1] for r in decode_rows_at(payload, 2, 3) or []] == ["k2"]
     for lo, hi in ((1, 1), (2, 1), (-1, 1), (0, 4)):  # empty, reversed, outside: not this shape
         assert decode_rows_at(payload, lo, hi) is None
+
+
+@pytest.mark.parametrize("n", [3, 200])
+def test_recall_leaves_out_the_one_expired_entry(n: int) -> None:
+    """Exactly one entry of the base expired (the first), one a structured match reaches
+    as well as the text: the live filter still applies to it."""
+    ix = RecallIndex.build([RecallDoc(f"k{i:03d}", "t", float(i), "common word", ("src/a.rs",),
+                                      ("Auth.login",), (), (), (), (), 100) for i in range(n)])
+    want = [f"k{i:03d}" for i in range(1, n)]
+    for live_after in (0.5, 1.0):  # k000 expired; k001 live (created == live_after)
+        for query in ("common", "src/a.rs", "auth.login", "common src/a.rs auth.login"):
+            hits = ix.search(query, now=float(n), limit=n, live_after=live_after)
+            assert sorted(h.cache_key for h in hits) == want, query
+            assert sorted(k for k, _ in ix.rank(query, limit=n, live_after=live_after)) == want
