@@ -534,6 +534,10 @@ def test_filters_combine_as_an_intersection() -> None:
     hits = ix.search("word", now=10.0, limit=10, path_filters=["src/a.rs"],
                      symbol_filters=["auth.login"])
     assert sorted(h.cache_key for h in hits) == ["all", "extra", "no-target", "no-type"]
+    # each hit names what the filters matched (a basename filter names the path too)
+    for pf in ("src/a.rs", "a.rs"):
+        hit = ix.search("word", now=10.0, path_filters=[pf], symbol_filters=["login"])[0]
+        assert (hit.matched_paths, hit.matched_symbols) == (("src/a.rs",), ("Auth.login",))
 
 
 def test_a_symbol_filter_narrows_many_trigram_candidates() -> None:

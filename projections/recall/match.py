@@ -101,7 +101,7 @@ def value_docs(ix: RecallIndex, name: str, ids: Iterable[int], dvals: Iterable[s
     for i in ids:
         out.extend(vd[off[i] : off[i + 1]].tolist())
     dv = ix._dvals[name]
-    for v in dvals:
+    for v in dvals:  # (callers pass values the table holds: a default of None is equivalent)
         out.extend(dv.get(v, ()))
     return out
 
@@ -322,7 +322,7 @@ def filter_sets(ix: RecallIndex, q: QueryState, packet_types: Sequence[str],
         for p in path_filters:
             cp = canon_path(p)
             docs.extend(value_docs(ix, "path", *table_exact(ix, "path", cp)))
-            q.rules.append(("pathf", cp, 0))
+            q.rules.append(("pathf", cp, 0))  # a filter's mode is never read: 1 is equivalent
         sets.append(uniq(docs))
     if symbol_filters:
         docs = []
