@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -21,6 +22,7 @@ from eventstore import (
     GenerationChangedError,
     HeadMismatchError,
     ImportRefusedError,
+    InvalidEventError,
     Ledger,
     LedgerError,
     LockTimeout,
@@ -31,7 +33,7 @@ from eventstore import (
     UnsupportedFormatError,
     VerifyReport,
 )
-from eventstore.event import encode_batch
+from eventstore.event import MAX_DATA_DEPTH, encode_batch
 from eventstore.frame import (
     FRAME_HEADER_SIZE,
     FRAME_MAGIC,
@@ -245,7 +247,10 @@ def test_keys_with_prefix_expires_an_entry_exactly_at_live_after() -> None:
 def test_a_checkpoint_write_sweeps_dead_writers_temp_files_only(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # reaped: its pid names no process now
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = subprocess.Popen([sys.executable, "-c",  # SIGHUP at its default (nohup ignores it)
+                             "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL);"
+                             " print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    live.stdout.readline()  # type: ignore[union-attr]  # its handler is set
     try:
         d = tmp_path / "checkpoints"
         d.mkdir()
@@ -311,35 +316,36 @@ def test_verify_and_salvage_reports_keep_their_json_keys(tmp_path: Path) -> None
 # --- errors: what each says and carries (the CLI prints the message as it is) ---------
 
 
-@pytest.mark.parametrize("err, attrs, message", [
-    (CorruptLogError("/l/1.seg", 64, "bad frame header"),
+@pytest.mark.parametrize("make, args, attrs, message", [
+    (CorruptLogError, ("/l/1.seg", 64, "bad frame header",),
      {"segment": Path("/l/1.seg"), "offset": 64, "reason": "bad frame header"},
      "1.seg: corrupt log at byte 64 (bad frame header); run `ctxledger verify` for a report"),
-    (UnsupportedFormatError("/l/1.seg", 9, 3), {"segment": Path("/l/1.seg"), "version": 9},
+    (UnsupportedFormatError, ("/l/1.seg", 9, 3,), {"segment": Path("/l/1.seg"), "version": 9},
      "1.seg: log format version 9 is newer than this ctxledger understands (<= 3); "
      "upgrade ctxledger"),
-    (LockTimeout("/l/LOCK", 42, 2.25), {"lock_path": Path("/l/LOCK"), "holder_pid": 42,
+    (LockTimeout, ("/l/LOCK", 42, 2.25,), {"lock_path": Path("/l/LOCK"), "holder_pid": 42,
                                         "waited": 2.25},
      "log is locked by process 42 (/l/LOCK); gave up after 2.2s"),
-    (LockTimeout("/l/LOCK", None, 1.0), {"holder_pid": None},
+    (LockTimeout, ("/l/LOCK", None, 1.0,), {"holder_pid": None},
      "log is locked by another process (/l/LOCK); gave up after 1.0s"),
-    (HeadMismatchError(3, 5), {"expected": 3, "actual": 5},
+    (HeadMismatchError, (3, 5,), {"expected": 3, "actual": 5},
      "expected log head 3, but it is 5; nothing written"),
-    (GenerationChangedError("/l/7.seg"), {"segment": Path("/l/7.seg")},
+    (GenerationChangedError, ("/l/7.seg",), {"segment": Path("/l/7.seg")},
      "7.seg was removed while it was read: the log moved to a new generation "
      "(ctxledger compact or salvage); run the command again"),
-    (ImportRefusedError(12, "bad json"), {"line": 12, "reason": "bad json"},
+    (ImportRefusedError, (12, "bad json",), {"line": 12, "reason": "bad json"},
      "line 12: bad json; nothing was imported"),
-    (NotOwnerError("/s", 1001, 1002), {"path": Path("/s"), "owner_uid": 1001, "euid": 1002},
+    (NotOwnerError, ("/s", 1001, 1002,), {"path": Path("/s"), "owner_uid": 1001, "euid": 1002},
      "/s belongs to uid 1001, not to this user (uid 1002); ctxledger does not write to a "
      "store another user owns (its owner controls what you would read back): run as that "
      "user, or chown the store"),
-    (StoreNotFoundError("/s"), {"path": Path("/s")},
+    (StoreNotFoundError, ("/s",), {"path": Path("/s")},
      "no ctxledger store at /s (run `ctxledger init` first)"),
 ])
 def test_errors_say_what_to_do_and_carry_their_fields(
-    err: LedgerError, attrs: dict[str, object], message: str
+    make: type[LedgerError], args: tuple[object, ...], attrs: dict[str, object], message: str
 ) -> None:
+    err = make(*args)  # made here, not at collection: the test then runs the code it checks
     assert isinstance(err, LedgerError) and str(err) == message
     assert {k: getattr(err, k) for k in attrs} == attrs
 
@@ -366,9 +372,10 @@ def test_anchor_digest_reads_the_anchors_file_only_for_seqs_below_the_base(
         assert anchor_digest(anchors.read_bytes(), base) is None  # past every entry
         anchors.write_bytes(anchors.read_bytes()[:-1] + b"\x00")  # damaged
         assert led.anchor_digest(base) is None and led.anchor_digest(base + 1) is None
-        with pytest.raises(CorruptLogError, match="anchors file does not match") as e:
+        with pytest.raises(CorruptLogError) as e:
             led.anchor_digest(base - 1)
         assert e.value.offset == 0 and e.value.segment == anchors
+        assert e.value.reason == "anchors file does not match ledger.compacted"
 
 
 def test_a_lock_file_without_a_pid_names_no_holder(tmp_path: Path) -> None:
@@ -405,21 +412,22 @@ def test_a_payload_that_is_not_cbor_says_so() -> None:
 def test_changed_in_place_looks_past_a_mapped_file_that_was_removed(tmp_path: Path) -> None:
     d = tmp_path / "checkpoints"
     ckd = CheckpointDir(d, readonly=False, mapped=True)
-    for name in ("alpha", "beta"):
+    for name in ("alpha", "beta", "gamma"):
         ckd.write(name, 1, 0, bytes(32), b"body of " + name.encode())
         assert len(list(ckd.load(name, []))) == 1  # mapped
     assert ckd.changed_in_place() == []
     (d / "alpha.ckpt").unlink()  # gone: the mapping keeps the old file, nothing to report
-    beta = d / "beta.ckpt"
-    with open(beta, "r+b") as f:  # rewritten in place (ctxledger renames; someone else)
-        f.seek(0, os.SEEK_END)
-        f.write(b"more")
-    assert ckd.changed_in_place() == ["beta.ckpt"]
+    for name in ("beta", "gamma"):
+        with open(d / f"{name}.ckpt", "r+b") as f:  # rewritten in place (not by ctxledger)
+            f.seek(0, os.SEEK_END)
+            f.write(b"more")
+    assert ckd.changed_in_place() == ["beta.ckpt", "gamma.ckpt"]
     with pytest.raises(LedgerError) as e:
         ckd.check_unchanged()
     assert str(e.value) == (
-        f"checkpoint beta.ckpt in {d} was rewritten in place while in use (ctxledger only "
-        "replaces checkpoints by rename): nothing was served; run the command again")
+        f"checkpoint beta.ckpt, gamma.ckpt in {d} was rewritten in place while in use "
+        "(ctxledger only replaces checkpoints by rename): nothing was served; "
+        "run the command again")
 
 
 # --- store: a whole key expires exactly ttl after its put, like a prefix ---------------
@@ -460,6 +468,8 @@ def test_resolve_key_expires_a_whole_key_and_a_prefix_exactly_ttl_after_the_put(
     ("auth.service.x", "service", True, 2),  # a prefix of a later component
     ("login.xlogin", "login", True, 2),  # the first occurrence starts a component
     ("a.b", "x", True, 0),
+    ("xlog.logy.zlog", "log", True, 2),  # the second of three occurrences starts one
+    ("x...", "..", True, 2),  # an occurrence one byte after the first
 ])
 def test_sym_level(v: str, w: str, partial: bool, level: int) -> None:
     assert sym_level(v, w, partial) == level
@@ -500,6 +510,8 @@ def test_path_boosts_exact_and_alias_and_an_alias_must_name_one_live_path() -> N
                              _rdoc("c", 3.0, paths=("lib/auth.rs",))])
     no_alias = _score(two, "y/auth.rs", "a")
     assert _score(two, "auth.rs", "a") == pytest.approx(no_alias)  # two paths: no alias
+    assert [h.matched_paths for h in two.search("auth.rs", now=10.0)] == [(), ()]
+    assert ix.search("auth.rs", now=10.0)[0].matched_paths == ("src/auth.rs",)  # one: named
     # c expired: one live path left, an alias again; created == live_after is live
     assert _score(two, "auth.rs", "a", live_after=3.0) == pytest.approx(no_alias)
     assert _score(two, "auth.rs", "a", live_after=math.nextafter(3.0, 4.0)) == pytest.approx(
@@ -540,9 +552,10 @@ def test_filters_combine_as_an_intersection() -> None:
         assert (hit.matched_paths, hit.matched_symbols) == (("src/a.rs",), ("Auth.login",))
 
 
-def test_a_symbol_filter_narrows_many_trigram_candidates() -> None:
+@pytest.mark.parametrize("n", [10, 40])  # narrowed as a list, and as arrays
+def test_a_symbol_filter_narrows_many_trigram_candidates(n: int) -> None:
     # more than 8 symbols hold both trigrams of "foobar"; two hold the word itself
-    syms = [f"foo_bar_{i}" for i in range(10)] + ["foobar_x", "xfoobar"]
+    syms = [f"foo_bar_{i}" for i in range(n)] + ["foobar_x", "xfoobar"]
     ix = RecallIndex.build([_rdoc(s, syms=(s,)) for s in syms])
     hits = ix.search("zz", now=10.0, limit=20, symbol_filters=["foobar"])
     assert sorted(h.cache_key for h in hits) == ["foobar_x", "xfoobar"]
@@ -569,3 +582,40 @@ def test_recall_leaves_out_the_one_expired_entry(n: int) -> None:
             hits = ix.search(query, now=float(n), limit=n, live_after=live_after)
             assert sorted(h.cache_key for h in hits) == want, query
             assert sorted(k for k, _ in ix.rank(query, limit=n, live_after=live_after)) == want
+
+
+def test_cache_select_filters_by_expiry_target_and_time() -> None:
+    state = CacheState()
+    for seq, (key, target, at) in enumerate([("a" * 64, "t", 10.0), ("b" * 64, "u", 20.0),
+                                            ("c" * 64, "t", 30.0)], 1):
+        state.apply(attrs.evolve(Event("cache.put", key, {"packet": {"target": target},
+                                                         "bytes": 1}), seq=seq, at=at))
+
+    def keys(**kw: Any) -> list[str]:
+        return [r.cache_key[0] for r in state.select(**kw)]
+
+    assert keys(live_after=None) == ["c", "b", "a"]  # newest first
+    assert keys(live_after=10.0) == ["c", "b"]  # created == live_after: expired
+    assert keys(live_after=None, target="t") == ["c", "a"]
+    assert keys(live_after=None, since=20.0) == ["c", "b"]  # inclusive
+    assert keys(live_after=None, until=20.0) == ["b", "a"]  # inclusive
+
+
+def test_recall_leaves_out_a_removed_entry_when_nothing_expired() -> None:
+    ix = RecallIndex.build([RecallDoc(f"k{i:03d}", "t", float(i), "common word", (), (), (),
+                                      (), (), (), 100) for i in range(200)])
+    ix.remove("k005")
+    hits = ix.search("common", now=1000.0, limit=300)
+    assert len(hits) == 199 and "k005" not in {h.cache_key for h in hits}
+
+
+def test_data_nested_too_deep_is_refused_with_the_limit_named() -> None:
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(MAX_DATA_DEPTH + 1):
+        node["n"] = {}
+        node = node["n"]
+    with pytest.raises(InvalidEventError) as e:
+        MemoryLog().append([Event("x.y", "k", deep)])
+    assert str(e.value) == (
+        f"event data nests deeper than {MAX_DATA_DEPTH} levels of maps and arrays")
