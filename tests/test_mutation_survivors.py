@@ -619,3 +619,12 @@ def test_data_nested_too_deep_is_refused_with_the_limit_named() -> None:
         MemoryLog().append([Event("x.y", "k", deep)])
     assert str(e.value) == (
         f"event data nests deeper than {MAX_DATA_DEPTH} levels of maps and arrays")
+
+
+def test_a_symbol_filter_narrows_by_three_trigram_lists() -> None:
+    # "foobarbaz": trigrams foo, bar, baz; more than 8 candidates after each narrowing
+    syms = [f"foo_bar_baz_{i:02d}" for i in range(12)] + ["foobarbaz_x", "xfoobarbaz"]
+    ix = RecallIndex.build([_rdoc(s, syms=(s,)) for s in syms])
+    hits = ix.search("zz", now=10.0, limit=20, symbol_filters=["foobarbaz"])
+    assert sorted(h.cache_key for h in hits) == ["foobarbaz_x", "xfoobarbaz"]
+
