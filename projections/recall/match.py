@@ -142,8 +142,9 @@ def trigram_candidates(ix: RecallIndex, wb: bytes) -> list[int]:
     the next rarest lists while more than 8 candidates are left.
 
     Any superset gives the same answer (the caller checks each candidate), so mutants
-    that sample other trigrams, order the lists otherwise, start from a longer list or
-    narrow by fewer lists are equivalent: they change the work, not the result.
+    that sample other trigrams, order the lists otherwise, start from a longer list,
+    narrow by fewer lists, stop at another count, keep more, or narrow a list the array
+    way (or the reverse) are equivalent: they change the work, not the result.
     """
     tg = ix._tg
     code, off = tg.code, tg.off
