@@ -628,3 +628,16 @@ def test_a_symbol_filter_narrows_by_three_trigram_lists() -> None:
     hits = ix.search("zz", now=10.0, limit=20, symbol_filters=["foobarbaz"])
     assert sorted(h.cache_key for h in hits) == ["foobarbaz_x", "xfoobarbaz"]
 
+
+
+def test_discard_removes_the_named_copy_of_a_checkpoint_only(tmp_path: Path) -> None:
+    d = tmp_path / "checkpoints"
+    ckd = CheckpointDir(d, readonly=False)
+    ckd.write("cache", 1, 0, bytes(32), b"first")
+    ckd.write("cache", 1, 0, bytes(32), b"second")  # the first becomes the backup
+    assert sorted(p.name for p in d.iterdir()) == ["cache.ckpt", "cache.ckpt.bak"]
+    ckd.discard("cache", "primary")
+    assert sorted(p.name for p in d.iterdir()) == ["cache.ckpt.bak"]
+    ckd.discard("cache", "primary")  # gone already: nothing to do
+    ckd.discard("cache", "backup")
+    assert list(d.iterdir()) == []
