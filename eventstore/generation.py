@@ -97,6 +97,7 @@ class _SeqView:
         return self.n
 
     def __getitem__(self, k: int) -> int:
+        # "<q" (signed) is an equivalent mutant: seqs count up from 1 and never reach 2**63
         return int(struct.unpack_from("<Q", self.data, k * ANCHOR_ENTRY.size)[0])
 
 

@@ -68,7 +68,7 @@ def _next_frame(data: bytes, pos: int, min_seq: int) -> int | None:
     least ``min_seq``, or None."""
     while True:
         pos = data.find(FRAME_MAGIC, pos + 1)
-        if pos < 0:
+        if pos < 0:  # equivalent mutants `<= 0`, `< 1`: a find from pos + 1 >= 65 is never 0
             return None
         try:
             info = read_frame_header(data, pos)

@@ -309,6 +309,8 @@ class SegmentWriter:
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:  # another writer moved it already
+            # (here and below, "" for None is an equivalent mutant: the next append would
+            # call this again, fail to open "" and clear it: one extra failed open)
             tip.torn_seg = None
             return
         except OSError as e:

@@ -142,7 +142,7 @@ class CacheState:
         and were created after ``live_after``: a bisection into the sorted base
         keys, a walk over the few that match, and the delta."""
         lo = bytes.fromhex(prefix.ljust(64, "0"))
-        hi = bytes.fromhex(prefix.ljust(64, "f"))
+        hi = bytes.fromhex(prefix.ljust(64, "f"))  # "F" would do as well: an equivalent mutant
         found: list[bytes] = []
         keys = _KeySeq(self._base["keys"], self._n)
         created = self._base["created"]

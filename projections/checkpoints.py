@@ -289,6 +289,8 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
 
 def _mmap(path: Path) -> tuple[memoryview, tuple[int, ...]]:
     """The whole file, mapped read-only, and its identity at that moment."""
+    # equivalent mutants here: text mode (only the descriptor is used); any other few
+    # bytes for an empty file (they are "not a checkpoint" exactly as no bytes are)
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         if not st.st_size:

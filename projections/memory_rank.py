@@ -18,6 +18,7 @@ in full.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
@@ -191,7 +192,8 @@ def search(
         hits = index.search(q, now=now)
         return [_with_memory(h, memory.info(h.cache_key), None, ()) for h in hits]
     tier_max = scoring.tier_bonus if memory.has_tier(prefer) else 0.0
-    live_after = q.live_after
+    # the engine keeps created >= live_after, the memory view created > its argument
+    live_after = None if q.live_after is None else math.nextafter(q.live_after, -math.inf)
     want = set(kinds)
     currents: dict[str, str | None] = {}  # dedupe_key -> its current member, this query
 

@@ -406,7 +406,7 @@ def project_events(events: Iterable[Event], states: list[State], project: str) -
             continue
         seq = ev.seq
         for st in states:
-            if st.seq < seq:
+            if st.seq < seq:  # `<=` is an equivalent mutant: it assigns the same value
                 st.seq = seq
 
 

@@ -7,6 +7,7 @@ module reads in one sitting; it uses the store's views, config and log.
 from __future__ import annotations
 
 import builtins
+import math
 import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -94,8 +95,11 @@ class Recalling:
         cstate, mstate = states[0], states[2]
         assert isinstance(cstate, CacheState) and isinstance(mstate, memory_view.MemoryState)
         now = self.clock()
+        # the engine keeps created >= live_after; the store expires created <= now - ttl
+        # (get, list): the next float up makes them agree at the edge itself
+        live_after = math.nextafter(now - self.config.ttl_seconds, math.inf)
         hits = memory_rank.search(
-            rstate.index, mstate, cstate, q.derived(live_after=now - self.config.ttl_seconds),
+            rstate.index, mstate, cstate, q.derived(live_after=live_after),
             scoring=memory_rank.Scoring(self.config.recall_tier_bonus,
                                         self.config.recall_tier_penalty,
                                         self.config.recall_recency_weight),

@@ -8,6 +8,37 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+if "MUTANT_UNDER_TEST" in os.environ:
+    # Under mutmut (.ci/mutate), which runs the tests that reach a mutant once per mutant:
+    # at most 10 examples per property and state machine (a surviving mutant pays for
+    # every test that reaches it), derandomized (a verdict does not depend on the run),
+    # no deadlines (mutated code runs behind mutmut's trampolines). pytest runs many
+    # times in one process, so a test method meets new instances of its class: not the
+    # flaky test hypothesis's differing_executors check looks for.
+    _MUTMUT = {"derandomize": True, "deadline": None}
+    _SUPPRESS = [HealthCheck.differing_executors, HealthCheck.too_slow]
+    _EXAMPLES = 10
+    settings.register_profile(
+        "mutmut", suppress_health_check=_SUPPRESS, max_examples=_EXAMPLES, **_MUTMUT
+    )
+    settings.load_profile("mutmut")
+
+    def _capped(own: settings) -> settings:
+        return settings(own, suppress_health_check=[*own.suppress_health_check, *_SUPPRESS],
+                        max_examples=min(own.max_examples, _EXAMPLES), **_MUTMUT)
+
+    def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+        for item in items:  # tests with their own settings: the same changes
+            obj = getattr(item, "obj", None)
+            fn = getattr(obj, "__func__", obj)
+            own = getattr(fn, "_hypothesis_internal_use_settings", None)
+            if own is not None:
+                fn._hypothesis_internal_use_settings = _capped(own)  # type: ignore[union-attr]
+            cls = getattr(item, "cls", None)  # a state machine's TestCase
+            if cls is not None and isinstance(getattr(cls, "settings", None), settings):
+                cls.settings = _capped(cls.settings)
 
 if TYPE_CHECKING:
     from natscluster import NatsCluster

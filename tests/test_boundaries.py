@@ -3,8 +3,8 @@ one-line mutant that survived the whole suite once (a flipped comparison, a drop
 
 - the frame header's crc field is checked: a flipped bit in it (which no digest
   covers) fails verify, reads and writers at that frame;
-- ``get`` and ``list`` expire an entry exactly ``ttl`` seconds after it was put
-  (``created + ttl <= now`` is expired);
+- ``get``, ``list`` and ``recall`` expire an entry exactly ``ttl`` seconds after it
+  was put (``created + ttl <= now`` is expired);
 - ``list(since=, until=)`` are inclusive at both ends.
 """
 
@@ -61,9 +61,38 @@ def test_an_entry_expires_exactly_ttl_seconds_after_its_put(tmp_path: Path) -> N
         clock.now = 1000.0 + TTL
         assert store.get(key) is None and store.list() == []  # at the edge: expired
         assert store.list_page().total == 0 and store.stats()["entries"] == 0
+        assert store.recall("edge") == []  # recall agrees (it once said live here)
         clock.now = 1000.0 + TTL - 0.001  # just before it: live
         assert store.get(key) is not None and [e.cache_key for e in store.list()] == [key]
         assert store.stats()["entries"] == 1
+        assert [h.cache_key for h in store.recall("edge")] == [key]
+
+
+def test_recall_with_superseded_entries_expires_exactly_ttl_seconds_after_the_put(
+    tmp_path: Path,
+) -> None:
+    """The same edge when memory ranking judges supersession (two puts, one dedupe key)."""
+    clock = Clock()
+    clock.now = 1000.0
+    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
+            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=TTL), clock=clock,
+                              log=log) as store:
+        old = store.put({"target": "t", "summary": "edge v1", "dedupe_key": "d"}).cache_key
+        clock.now = 1050.0
+        new = store.put({"target": "t", "summary": "edge v2", "dedupe_key": "d"}).cache_key
+
+        def recalled() -> list[tuple[str, str | None]]:
+            hits = store.recall("edge", include_superseded=True)
+            return sorted((h.cache_key, h.superseded_by) for h in hits)
+
+        clock.now = 1000.0 + TTL - 0.001  # both live, the first superseded by the second
+        assert recalled() == sorted([(old, new), (new, None)])
+        clock.now = 1000.0 + TTL  # the first at its edge: expired
+        assert store.get(old) is None and recalled() == [(new, None)]
+        clock.now = 1050.0 + TTL - 0.001
+        assert recalled() == [(new, None)]
+        clock.now = 1050.0 + TTL  # the second at its edge
+        assert store.get(new) is None and recalled() == []
 
 
 def test_list_since_and_until_are_inclusive(tmp_path: Path) -> None:

@@ -844,6 +844,9 @@ class TestFileSegments(FileLog):
             pytest.param(lambda raw: b"", id="empty-file"),
             pytest.param(lambda raw: bytes(SEGMENT_HEADER_SIZE), id="zero-header"),
             pytest.param(lambda raw: bytes(4096), id="zero-filled"),
+            # no frame follows a zero header: torn, however non-zero the byte after it
+            pytest.param(lambda raw: bytes(SEGMENT_HEADER_SIZE) + b"\xff" + bytes(63),
+                         id="zero-header-then-junk"),
         ],
     )
     def test_torn_new_segment_is_ignored_then_moved_aside(

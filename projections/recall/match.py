@@ -35,7 +35,7 @@ def sym_level(v: str, w: str, partial: bool) -> int:
     """
     if v == w:
         return 3
-    i = v.find(w) if w else -1
+    i = v.find(w) if w else -1  # any negative is the same: -2 is an equivalent mutant
     if i < 0:
         return 0
     n = len(w)
@@ -56,6 +56,7 @@ def path_level(v: str, cw: str) -> int:
         return 2
     if "/" in cw:
         return 2 if v.endswith("/" + cw) else 0
+    # (rsplit with any other maxsplit has the same last part: equivalent mutants)
     return 1 if v.rsplit("/", 1)[-1] == cw else 0
 
 
@@ -100,7 +101,7 @@ def value_docs(ix: RecallIndex, name: str, ids: Iterable[int], dvals: Iterable[s
     for i in ids:
         out.extend(vd[off[i] : off[i + 1]].tolist())
     dv = ix._dvals[name]
-    for v in dvals:
+    for v in dvals:  # (callers pass values the table holds: a default of None is equivalent)
         out.extend(dv.get(v, ()))
     return out
 
@@ -109,6 +110,8 @@ def sym_partial(ix: RecallIndex, w: str) -> tuple[list[tuple[int, int]], list[tu
     """Symbols containing ``w`` (lowercased): ([(base value id, level)], [(delta, level)])."""
     wb = enc(w)
     base: list[tuple[int, int]] = []
+    # (the scan below finds the same symbols for a 3-byte word, only slower: mutants
+    # that move the bound to 4 are equivalent)
     if len(wb) >= 3:
         for v in trigram_candidates(ix, wb):
             lv = sym_level(value_str(ix, "sym", v).lower(), w, True)
@@ -137,6 +140,11 @@ def trigram_candidates(ix: RecallIndex, wb: bytes) -> list[int]:
     Non-overlapping trigrams (and the last one) cover every byte of ``wb``: a few
     bisects, no numpy call. The rarest trigram's list is the start, narrowed by
     the next rarest lists while more than 8 candidates are left.
+
+    Any superset gives the same answer (the caller checks each candidate), so mutants
+    that sample other trigrams, order the lists otherwise, start from a longer list,
+    narrow by fewer lists, stop at another count, keep more, or narrow a list the array
+    way (or the reverse) are equivalent: they change the work, not the result.
     """
     tg = ix._tg
     code, off = tg.code, tg.off
@@ -235,7 +243,8 @@ def match_path(ix: RecallIndex, w: str, q: QueryState, add: Any) -> bool:
             if any(live_ok(d) for d in docs):
                 alias_paths.add(v)
     if any(live_ok(d) for d in exact):
-        # a live path equal to the word counts for the uniqueness too
+        # a live path equal to the word counts for the uniqueness too (adding any value no
+        # alias path has would count the same: mutants that add None are equivalent)
         alias_paths.add(cw)
     unique = bool(alias) and len(alias_paths) == 1
     q.rules.append(("path", cw, 1 if unique else 0))
@@ -314,7 +323,7 @@ def filter_sets(ix: RecallIndex, q: QueryState, packet_types: Sequence[str],
         for p in path_filters:
             cp = canon_path(p)
             docs.extend(value_docs(ix, "path", *table_exact(ix, "path", cp)))
-            q.rules.append(("pathf", cp, 0))
+            q.rules.append(("pathf", cp, 0))  # a filter's mode is never read: 1 is equivalent
         sets.append(uniq(docs))
     if symbol_filters:
         docs = []
@@ -346,7 +355,8 @@ def target_docs(ix: RecallIndex, target: str) -> np.ndarray:
         off = tg.doc_off
         parts.append(tg.docs[off[t] : off[t + 1]].astype(np.int64))
     d = ix._dtgt.get(target)
-    if d:
+    if d:  # (numpy's default int is int64 on the 64-bit platforms we run on: mutants
+        # that drop the dtype are equivalent here, as is concatenating a single part)
         parts.append(np.array(sorted(d), dtype=np.int64))
     if not parts:
         return EMPTY_I

@@ -319,6 +319,8 @@ def valid_np(ix: RecallIndex, q: QueryState, D: np.ndarray, exclude: np.ndarray 
     m: np.ndarray | None = None
     if not len(D):
         return m
+    # (i0 == 0 and no delta: nothing has expired, the mask would be all true: mutants
+    # that apply it anyway, `i0 >= 0` or `_n >= _nb`, are equivalent)
     if q.la is not None and (q.i0 > 0 or ix._n > ix._nb):
         m = ix._created[D] >= q.la
     if ix._alive is not None:
