@@ -16,9 +16,9 @@ Terms are *small* (postings sorted by doc: ``terms.post_doc``/``post_tf``) or
 a dense per-doc tf row (``big_tf``) for O(1) probes and its docs in *impact
 order* (``big.entries``: grouped by tf, each group by doc length ascending, then
 doc id descending).  MaxScore reads the tf groups and each group's shortest
-doc (exact score bounds, a term's tf >= 2 docs apart); the order inside a group
-served the impact-order walk, since removed, and is kept so that the stored
-layout stays the same.  See docs/recall.md, "Index layout".
+doc (exact score bounds, a term's tf >= 2 docs apart); the walk reads the
+order inside a group (the best docs by that term alone, first).  See
+docs/recall.md, "Index layout".
 """
 
 from __future__ import annotations
