@@ -97,6 +97,13 @@ class FrameChain:
         lo = max(1, from_seq)
         return self.frame_of(lo) if lo <= self.head else len(self.frames)
 
+    def span(self, from_seq: int, to_seq: int | None) -> tuple[int, int] | None:
+        """The frames a read of ``[from_seq, to_seq]`` walks: ``(first index, count
+        now)`` taken under the owner's lock, or None for an empty range."""
+        if to_seq is not None and to_seq < max(1, from_seq):
+            return None
+        return self.start(from_seq), len(self.frames)
+
     def batches(self, i: int, n: int, to_seq: int | None) -> Iterator[Batch]:
         """Frames ``i`` to ``n - 1`` checked and decoded, stopping past ``to_seq``."""
         for j in range(i, n):

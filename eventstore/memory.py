@@ -100,20 +100,18 @@ class MemoryLog:
         with self._mutex:
             self._check_open()
             # frames are never changed once appended: reading the first n needs no lock
-            i, n = self._chain.start(from_seq), len(self._chain.frames)
-        if to_seq is not None and to_seq < max(1, from_seq):
-            return
-        yield from self._chain.batches(i, n, to_seq)
+            span = self._chain.span(from_seq, to_seq)
+        if span is not None:
+            yield from self._chain.batches(*span, to_seq)
 
     def read_raw_batches(self, from_seq: int = 1, to_seq: int | None = None
                          ) -> Iterator[RawBatch]:
         """Whole batches as :meth:`read_batches` gives them, each event as its stored bytes."""
         with self._mutex:
             self._check_open()
-            i, n = self._chain.start(from_seq), len(self._chain.frames)
-        if to_seq is not None and to_seq < max(1, from_seq):
-            return
-        yield from self._chain.raw_batches(i, n, to_seq)
+            span = self._chain.span(from_seq, to_seq)
+        if span is not None:
+            yield from self._chain.raw_batches(*span, to_seq)
 
     def export_lines(
         self, from_seq: int = 1, to_seq: int | None = None, kind: str | None = None

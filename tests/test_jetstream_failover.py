@@ -161,6 +161,28 @@ def test_whole_cluster_restart_keeps_the_log(nats_cluster_fresh: Any, tmp_path: 
         assert [(h.cache_key, h.score) for h in fresh.recall("widgets", limit=50)] == hits
 
 
+def lose_first_answer(monkeypatch: pytest.MonkeyPatch, wait: float) -> list[str]:
+    """Make the first publish land but its answer go missing (after ``wait`` s); the
+    list returned says what the server answered each publish."""
+    real = Connection.publish
+    calls: list[str] = []
+
+    def lossy(self: Connection, *a: Any, **kw: Any) -> tuple[int, bool]:
+        try:
+            out = real(self, *a, **kw)
+        except WrongLastSequence:
+            calls.append("wrong last sequence")
+            raise
+        calls.append(f"ack duplicate={out[1]}")
+        if len(calls) == 1:
+            time.sleep(wait)
+            raise Transient("answer lost (test)")
+        return out
+
+    monkeypatch.setattr(Connection, "publish", lossy)
+    return calls
+
+
 def test_a_retry_after_a_lost_answer_finds_its_own_publish(
     nats_cluster: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,21 +193,7 @@ def test_a_retry_after_a_lost_answer_finds_its_own_publish(
     s = new_stream()
     with open_log(nats_cluster, s) as log:
         log.append([Event("first")])
-        real = Connection.publish
-        calls: list[str] = []
-
-        def lossy(self: Connection, *a: Any, **kw: Any) -> tuple[int, bool]:
-            try:
-                out = real(self, *a, **kw)
-            except WrongLastSequence:
-                calls.append("wrong last sequence")
-                raise
-            calls.append(f"ack duplicate={out[1]}")
-            if len(calls) == 1:
-                raise Transient("answer lost (test)")
-            return out
-
-        monkeypatch.setattr(Connection, "publish", lossy)
+        calls = lose_first_answer(monkeypatch, wait=0.0)
         r = log.append([Event("second")], batch_id="once")
         monkeypatch.undo()
         assert not r.duplicate and (r.first_seq, r.last_seq) == (2, 2)
@@ -210,22 +218,7 @@ def test_a_retry_past_the_duplicate_window_finds_its_own_publish(
         conn.close()
     with open_log(nats_cluster, s) as log:
         log.append([Event("first")])
-        real = Connection.publish
-        calls: list[str] = []
-
-        def lossy(self: Connection, *a: Any, **kw: Any) -> tuple[int, bool]:
-            try:
-                out = real(self, *a, **kw)
-            except WrongLastSequence:
-                calls.append("wrong last sequence")
-                raise
-            calls.append(f"ack duplicate={out[1]}")
-            if len(calls) == 1:
-                time.sleep(0.5)  # the answer is lost, and the window passes meanwhile
-                raise Transient("answer lost (test)")
-            return out
-
-        monkeypatch.setattr(Connection, "publish", lossy)
+        calls = lose_first_answer(monkeypatch, wait=0.5)  # the window passes meanwhile
         r = log.append([Event("second")], batch_id="once")
         monkeypatch.undo()
         assert calls == ["ack duplicate=False", "wrong last sequence"]

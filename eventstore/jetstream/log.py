@@ -372,10 +372,9 @@ class JetStreamLog:
         with self._mutex:
             self._check_open()
             self._look()
-            i, n = self._f.chain.start(from_seq), len(self._f.chain.frames)
-        if to_seq is not None and to_seq < max(1, from_seq):
-            return
-        yield from self._f.chain.batches(i, n, to_seq)
+            span = self._f.chain.span(from_seq, to_seq)
+        if span is not None:
+            yield from self._f.chain.batches(*span, to_seq)
 
     def read_raw_batches(self, from_seq: int = 1, to_seq: int | None = None
                          ) -> Iterator[RawBatch]:
@@ -383,10 +382,9 @@ class JetStreamLog:
         with self._mutex:
             self._check_open()
             self._look()
-            i, n = self._f.chain.start(from_seq), len(self._f.chain.frames)
-        if to_seq is not None and to_seq < max(1, from_seq):
-            return
-        yield from self._f.chain.raw_batches(i, n, to_seq)
+            span = self._f.chain.span(from_seq, to_seq)
+        if span is not None:
+            yield from self._f.chain.raw_batches(*span, to_seq)
 
     def export_lines(
         self, from_seq: int = 1, to_seq: int | None = None, kind: str | None = None
