@@ -42,6 +42,7 @@ VARIANTS: dict[str, dict[str, int]] = {
     "no pair": dict(PAIR_MIN=10**9, MULTI_MAX=0),
     "no multi": dict(MULTI_MAX=0),
     "no walk (impact order)": dict(WALK_MAX=-1),
+    "no batch (MaxScore)": dict(BATCH=0),
 }
 
 

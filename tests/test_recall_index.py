@@ -262,7 +262,7 @@ MODES: dict[str, dict[str, int]] = {
     "no-direct": dict(TINY=0, DIRECT_MAX=0),
     "pair": dict(PAIR_MIN=1, TINY=0, DIRECT_MAX=0),
     "pair-big": dict(PAIR_MIN=1, BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=0, DIRECT_MAX=0),
-    "probe": dict(PAIR_MIN=10**9, TINY=0, DIRECT_MAX=0),
+    "probe": dict(PAIR_MIN=10**9, BATCH=0, TINY=0, DIRECT_MAX=0),
 }
 
 

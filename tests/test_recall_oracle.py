@@ -78,6 +78,7 @@ LAYOUTS: dict[str, dict[str, int]] = {
 TWEAKS: dict[str, dict[str, int]] = {
     "none": {},
     "walk-giveup": dict(WALK_MAX=1),
+    "probe": dict(BATCH=0),
     "multi-pairs": dict(MULTI_WHOLE=0),
 }
 

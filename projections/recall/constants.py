@@ -62,3 +62,6 @@ MULTI_WHOLE = 256
 #: neither shortcut when more docs than this got a structured boost (a path
 #: query's many files): MaxScore starts from those docs instead
 SHORTCUT_BOOSTS = 256
+#: MaxScore scans the rarest units together up to this many postings (earns its keep at
+#: 50k: docs/recall.md, "What was removed and why")
+BATCH = 2048

@@ -177,13 +177,21 @@ def rank_maxscore(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | 
         # delta docs: scored in full up front (no stored bound covers them), so
         # their partial score is exact and the base bounds prune them correctly
         lists.append(postings_np(ix, q, list(enumerate(terms)), base=False))
-    u: Unit | None = None  # the unit scanned next
+    # the cheap units go first, all at once
+    batch: list[Unit] = []
+    budget = constants.BATCH
+    while remaining and remaining[-1].t.big < 0 and (
+            remaining[-1].n <= budget or not (batch or lists)):
+        u = remaining.pop()
+        batch.append(u)
+        rem_ub -= u.ub
+        budget -= u.n
     tail: Unit | None = None
     cand, part = EMPTY_I, EMPTY_F
     while True:
-        if u is not None:
-            lists.append(unit_postings(ix, q, [u]))
-            u = None
+        if batch:
+            lists.append(unit_postings(ix, q, batch))
+            batch = []
         if lists:
             cand, part = merge([(cand, part, True)] + lists if len(cand) else lists)
             lists = []
@@ -197,6 +205,7 @@ def rank_maxscore(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | 
             break
         u = remaining.pop()
         rem_ub -= u.ub
+        batch = [u]
     # survivors: valid candidates that can still reach theta
     if theta > -math.inf:
         keep = part + rem_ub >= theta - 1e-9 * (1.0 + abs(theta))
@@ -272,8 +281,7 @@ def walk(ix: RecallIndex, q: QueryState, t: Term, k: int, seen: Any, ok: Any, lo
     Walks the term's impact order (per tf group: shortest docs first, then
     newest), merging the groups by score; None when too many docs had to be
     skipped (the caller then scores the term in full).  Delta docs are not
-    in impact orders: callers put them in ``seen``. A negative ``WALK_MAX``
-    never walks (``benchmarks/bench_strategies.py``'s "no walk").
+    in impact orders: callers put them in ``seen``.
     """
     if constants.WALK_MAX < 0:
         return None
