@@ -171,6 +171,32 @@ def make_queries(docs: list[RecallDoc], n: int, seed: int) -> list[dict[str, Any
     return qs
 
 
+def narrow_queries(docs: list[RecallDoc], n: int, seed: int) -> list[dict[str, Any]]:
+    """Seeded *narrow* queries: common words under a filter that leaves few docs.
+
+    Half task-only recalls of one task, half recalls within one small target: the
+    case the direct strategy exists for (score the filter's docs, not the
+    postings of common words). Not in :data:`CLASSES`: the peers of this file
+    have no task scope; ``bench_strategies.py`` and ``bench_sidebyside.py`` add it.
+    """
+    rng = random.Random(seed)
+    targets: collections.Counter[str] = collections.Counter(d.target for d in docs)
+    small = sorted(t for t, c in targets.items() if 3 <= c <= 64)
+    tasks = sorted({t for d in docs for t in d.task_ids})
+    qs: list[dict[str, Any]] = []
+    for i in range(n):
+        words = " ".join(rng.sample(COMMON, rng.randint(1, 2)))
+        if i % 2 == 0 and tasks:
+            q = dict(query=words, source=None, task_id=rng.choice(tasks), scope="task-only")
+        elif small:
+            q = dict(query=words, source=None, target=rng.choice(small))
+        else:
+            continue
+        q["cls"] = "narrow"
+        qs.append(q)
+    return qs
+
+
 # The peers' query code, shared by the in-process run and the fresh-process
 # workers (cold start, serving memory).
 QUERY_SRC = r'''

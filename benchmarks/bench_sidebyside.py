@@ -7,7 +7,8 @@ Two worker processes, one per tree (``PYTHONPATH`` = that tree), each build the
 same index (``RecallIndex.build`` over ``bench_recall.make_docs``, build rate
 best of 3) and the same store (``ContextStore.put_many`` of the same packets in
 a temporary directory, reopened), then answer the seeded query mix of
-``benchmarks/bench_recall.py`` (``make_queries``). Answers: every query's
+``benchmarks/bench_recall.py`` (``make_queries`` plus ``narrow_queries``, this
+tree's, for both). Answers: every query's
 ``RecallIndex.rank`` pairs (scores as ``repr``), ``RecallIndex.search`` hits
 and ``store.recall`` hits as JSON (the stores and their logs run on one fixed
 clock, so that ``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing:
@@ -29,7 +30,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORKER = r'''
-import gc, itertools, json, os, sys, tempfile, time
+import gc, importlib.util, itertools, json, os, sys, tempfile, time
 sys.path.insert(0, os.environ["TREE"])
 from benchmarks import bench_recall as br
 from eventstore import Ledger
@@ -45,7 +46,13 @@ def fixed_clock():  # both stores (and their logs) on one clock: the same create
 size, nq = int(sys.argv[1]), int(sys.argv[2])
 packets = list(itertools.islice(stdlib_packets(size, seed=0), size))
 docs = br.make_docs(packets, 0)
-queries = br.make_queries(docs, nq, size)
+# the query mix of this tree's bench_recall for both workers (an older tree may
+# lack a class); only its query makers run, over this worker's docs
+spec = importlib.util.spec_from_file_location(
+    "_mix", os.path.join(os.environ["MIX"], "benchmarks", "bench_recall.py"))
+mix = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mix)
+queries = mix.make_queries(docs, nq, size) + mix.narrow_queries(docs, nq, size)
 meta = br.entry_meta(packets, 0)
 gc.collect(); gc.freeze()
 rates = []
@@ -109,7 +116,7 @@ import shutil; shutil.rmtree(root, ignore_errors=True)
 
 class Worker:
     def __init__(self, tree: str, size: int, nq: int) -> None:
-        env = dict(os.environ, TREE=tree, PYTHONPATH=tree)
+        env = dict(os.environ, TREE=tree, PYTHONPATH=tree, MIX=ROOT)
         self.p = subprocess.Popen([sys.executable, "-c", WORKER, str(size), str(nq)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=env, cwd=tree)

@@ -38,7 +38,6 @@ from projections.recall import RecallIndex, constants  # noqa: E402
 VARIANTS: dict[str, dict[str, int]] = {
     "all on": {},
     "no tiny (plain Python)": dict(TINY=-1),
-    "no direct (narrow filters)": dict(DIRECT_MAX=-1),
     "no pair": dict(PAIR_MIN=10**9, MULTI_MAX=0),
     "no multi": dict(MULTI_MAX=0),
     "no walk (impact order)": dict(WALK_MAX=-1),
@@ -66,7 +65,10 @@ def main() -> None:
                          "(an info figure: the ranking alone, without the store around it)")
     args = ap.parse_args()
     packets = list(itertools.islice(stdlib_packets(args.size, seed=0), args.size))
-    queries = br.make_queries(br.make_docs(packets, 0), args.queries, args.size)
+    docs = br.make_docs(packets, 0)
+    queries = (br.make_queries(docs, args.queries, args.size)
+               + br.narrow_queries(docs, args.queries, args.size))
+    del docs
     kws = [{k: q[k] for k in ("target", "task_id", "scope") if k in q} for q in queries]
     if args.kernel:
         idx = RecallIndex.build(br.make_docs(packets, 0))

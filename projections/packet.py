@@ -10,8 +10,8 @@ import blake3
 import cbor2
 
 from eventstore import InvalidEventError
-from eventstore.event import MAX_DATA_DEPTH, Encoded, check_depth
-from eventstore.frame import encode_row
+from eventstore.event import MAX_DATA_DEPTH, check_depth
+from eventstore.frame import Encoded, encode_row
 from eventstore.jsontext import JSONTextError, loads_strict
 
 from .cache import PUT

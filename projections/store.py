@@ -312,7 +312,7 @@ class ContextStore(Recalling, Artifacts):
                 continue
             data = fingerprints_view.fingerprint(root, paths, budget)
             if data is not None:
-                out.append(Event(fingerprints_view.FILES, ev.key, data))
+                out.append(Event(cache.FILES, ev.key, data))
         return out
 
     def prune(self, all: bool = False, ttl: float | None = None) -> PruneResult:

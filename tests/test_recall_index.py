@@ -251,18 +251,18 @@ def test_incremental_equals_rebuilt(steps: list[tuple[str, object]]) -> None:
 # The search prunes (MaxScore with its tf-group bounds of big and mid terms,
 # impact-ordered walks of big and mid terms (after the tiny path and as
 # MaxScore's last unit), plain-Python paths for tiny sets, the pair/multi
-# shortcuts, direct scoring of narrow filters).  Forcing each path on
+# shortcuts).  Forcing each path on
 # small corpora must give exactly the unpruned answers.
 MODES: dict[str, dict[str, int]] = {
-    "big-terms": dict(BIG_MIN_DOCS=1, BIG_FRACTION=3, TINY=0, DIRECT_MAX=0),
-    "tiny-big": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=1000, DIRECT_MAX=0),
-    "mid-units": dict(BIG_MIN_DOCS=1, BIG_FRACTION=1, MID_IMPACT_DOCS=1, TINY=0, DIRECT_MAX=0),
+    "big-terms": dict(BIG_MIN_DOCS=1, BIG_FRACTION=3, TINY=0),
+    "tiny-big": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=1000),
+    "mid-units": dict(BIG_MIN_DOCS=1, BIG_FRACTION=1, MID_IMPACT_DOCS=1, TINY=0),
     "walk-giveup": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, MID_IMPACT_DOCS=1, TINY=1000,
-                        DIRECT_MAX=0, WALK_MAX=1),
-    "no-direct": dict(TINY=0, DIRECT_MAX=0),
-    "pair": dict(PAIR_MIN=1, TINY=0, DIRECT_MAX=0),
-    "pair-big": dict(PAIR_MIN=1, BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=0, DIRECT_MAX=0),
-    "probe": dict(PAIR_MIN=10**9, BATCH=0, TINY=0, DIRECT_MAX=0),
+                        WALK_MAX=1),
+    "no-tiny": dict(TINY=0),
+    "pair": dict(PAIR_MIN=1, TINY=0),
+    "pair-big": dict(PAIR_MIN=1, BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=0),
+    "probe": dict(PAIR_MIN=10**9, BATCH=0, TINY=0),
 }
 
 
@@ -429,7 +429,7 @@ def test_pruning_on_a_larger_corpus_equals_unpruned() -> None:
                dict(query="alpha delta w7", scope="task-first", task_id="task-1")]
     base = RecallIndex.build(docs)
     want = {i: base.rank(limit=1000, **q) for i, q in enumerate(queries)}  # type: ignore[arg-type]
-    for mode in ("probe", "pair", "pair-big", "no-direct", "big-terms", "mid-units",
+    for mode in ("probe", "pair", "pair-big", "no-tiny", "big-terms", "mid-units",
                  "walk-giveup"):
         with thresholds(**MODES[mode]):
             idx = RecallIndex.build(docs)
