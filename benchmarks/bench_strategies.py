@@ -38,6 +38,7 @@ from projections.recall import RecallIndex, constants  # noqa: E402
 VARIANTS: dict[str, dict[str, int]] = {
     "all on": {},
     "no tiny (plain Python)": dict(TINY=-1),
+    "no direct (narrow filters)": dict(DIRECT_MAX=-1),
     "no pair": dict(PAIR_MIN=10**9, MULTI_MAX=0),
     "no multi": dict(MULTI_MAX=0),
     "no walk (impact order)": dict(WALK_MAX=-1),

@@ -251,18 +251,18 @@ def test_incremental_equals_rebuilt(steps: list[tuple[str, object]]) -> None:
 # The search prunes (MaxScore with its tf-group bounds of big and mid terms,
 # impact-ordered walks of big and mid terms (after the tiny path and as
 # MaxScore's last unit), plain-Python paths for tiny sets, the pair/multi
-# shortcuts).  Forcing each path on
+# shortcuts, direct scoring of narrow filters).  Forcing each path on
 # small corpora must give exactly the unpruned answers.
 MODES: dict[str, dict[str, int]] = {
-    "big-terms": dict(BIG_MIN_DOCS=1, BIG_FRACTION=3, TINY=0),
-    "tiny-big": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=1000),
-    "mid-units": dict(BIG_MIN_DOCS=1, BIG_FRACTION=1, MID_IMPACT_DOCS=1, TINY=0),
+    "big-terms": dict(BIG_MIN_DOCS=1, BIG_FRACTION=3, TINY=0, DIRECT_MAX=-1),
+    "tiny-big": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=1000, DIRECT_MAX=-1),
+    "mid-units": dict(BIG_MIN_DOCS=1, BIG_FRACTION=1, MID_IMPACT_DOCS=1, TINY=0, DIRECT_MAX=-1),
     "walk-giveup": dict(BIG_MIN_DOCS=1, BIG_FRACTION=2, MID_IMPACT_DOCS=1, TINY=1000,
-                        WALK_MAX=1),
-    "no-tiny": dict(TINY=0),
-    "pair": dict(PAIR_MIN=1, TINY=0),
-    "pair-big": dict(PAIR_MIN=1, BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=0),
-    "probe": dict(PAIR_MIN=10**9, BATCH=0, TINY=0),
+                        DIRECT_MAX=-1, WALK_MAX=1),
+    "no-direct": dict(TINY=0, DIRECT_MAX=-1),
+    "pair": dict(PAIR_MIN=1, TINY=0, DIRECT_MAX=-1),
+    "pair-big": dict(PAIR_MIN=1, BIG_MIN_DOCS=1, BIG_FRACTION=2, TINY=0, DIRECT_MAX=-1),
+    "probe": dict(PAIR_MIN=10**9, BATCH=0, TINY=0, DIRECT_MAX=-1),
 }
 
 
@@ -429,7 +429,7 @@ def test_pruning_on_a_larger_corpus_equals_unpruned() -> None:
                dict(query="alpha delta w7", scope="task-first", task_id="task-1")]
     base = RecallIndex.build(docs)
     want = {i: base.rank(limit=1000, **q) for i, q in enumerate(queries)}  # type: ignore[arg-type]
-    for mode in ("probe", "pair", "pair-big", "no-tiny", "big-terms", "mid-units",
+    for mode in ("probe", "pair", "pair-big", "no-direct", "big-terms", "mid-units",
                  "walk-giveup"):
         with thresholds(**MODES[mode]):
             idx = RecallIndex.build(docs)
@@ -465,3 +465,32 @@ def test_from_packet_equals_the_attrs_init() -> None:
 
     s = Sub.from_packet("k", packet, 5, 7)
     assert type(s) is Sub and attrs.asdict(s) == attrs.asdict(e)
+
+
+@pytest.mark.parametrize("name, off", [("rank_direct", dict(DIRECT_MAX=-1)),
+                                       ("rank_tiny", dict(TINY=-1))])
+def test_a_strategys_off_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch, name: str,
+                                             off: dict[str, int]) -> None:
+    # benchmarks/bench_strategies.py measures each strategy by its off switch; a switch
+    # that leaves the strategy running (as DIRECT_MAX=0 once did: max(0, Σdf/8) still
+    # let a narrow filter through) measures nothing. Default on, and off when switched.
+    from projections.recall import strategies
+    docs = [doc(f"k{i:03d}", "common word" + (" xylophone" if i == 7 else ""), created=float(i + 1),
+                tasks=(f"task-{i % 20}",)) for i in range(200)]
+    idx = RecallIndex.build(docs)
+    calls: list[int] = []
+    real = getattr(strategies, name)
+
+    def counted(*a: object, **kw: object) -> object:
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(strategies, name, counted)
+    q = (dict(query="common word", scope="task-only", task_id="task-3")
+         if name == "rank_direct" else dict(query="xylophone"))
+    want = idx.rank(limit=5, **q)  # type: ignore[arg-type]
+    assert calls, f"{name} did not run with its default threshold"
+    calls.clear()
+    with thresholds(**off):
+        assert idx.rank(limit=5, **q) == want  # type: ignore[arg-type]
+    assert not calls, f"{name} ran although switched off by {off}"

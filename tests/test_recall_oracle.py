@@ -90,6 +90,8 @@ STRATEGIES: dict[str, Ranker] = {
     else None,
     "multi": lambda ix, q, k: strategies.rank_multi(ix, q, k, None) if len(q.terms) > 2
     else None,
+    "direct": lambda ix, q, k: strategies.rank_direct(
+        ix, q, np.arange(ix._n, dtype=np.int64), k, None),
     "maxscore": lambda ix, q, k: maxscore.rank_maxscore(ix, q, k, None),
 }
 

@@ -46,6 +46,9 @@ BIG_FRACTION = 8
 # (docs/recall.md, "Ranking strategies", says which strategy each one selects)
 #: candidate sets up to this size are scored in plain Python
 TINY = 48
+#: a filter/scope narrower than max(this, the query terms' postings / 8) is scored
+#: directly, every doc of it (< 0: never)
+DIRECT_MAX = 4096
 #: give up walking a big term's impact order after this many skipped docs (< 0: never walk)
 WALK_MAX = 4096
 #: two-term queries whose rarer term is in at least this many docs try the

@@ -30,6 +30,9 @@ def rank(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | None) -> 
     terms = q.terms
     if not q.ntok:
         return rank_empty(ix, q, k, exclude)
+    if q.restrict is not None and constants.DIRECT_MAX >= 0 and len(q.restrict) <= max(
+            constants.DIRECT_MAX, sum(t.df for t in terms) // 8):
+        return rank_direct(ix, q, q.restrict, k, exclude)
     sdf = len(q.boost)
     for t in terms:
         sdf += len(t.dd) + (t.df if t.big < 0 else 0)
@@ -164,6 +167,19 @@ def rank_empty(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | Non
     base = D[D < ix._nb][-k:]
     delta = D[D >= ix._nb]
     return best(ix, [(0.0, d, []) for d in base.tolist() + delta.tolist()], k)
+
+
+def rank_direct(ix: RecallIndex, q: QueryState, D: np.ndarray, k: int, exclude: np.ndarray | None
+                 ) -> list[Any]:
+    """Score every doc of a narrow filter/scope set."""
+    m = valid_np(ix, q, D, exclude)
+    if m is not None:
+        D = D[m]
+    if not len(D):
+        return []
+    sc, tfm = exact_np(ix, q, D)
+    hit = (sc > 0) | (tfm > 0).any(axis=1)
+    return top_np(ix, q, D[hit], sc[hit], k, tfm[hit])
 
 
 def rank_tiny(ix: RecallIndex, q: QueryState, k: int, exclude: np.ndarray | None
