@@ -1,12 +1,14 @@
 """Recall before and after a change, in one run: same answers, and the speed of each.
 
     python3 benchmarks/bench_sidebyside.py --old /path/to/old/tree [--sizes 50000,200000]
-        [--queries 20] [--rounds 5] [--answers-only] [--write-docs]
+        [--queries 20] [--rounds 5] [--build-rounds 4] [--answers-only] [--write-docs]
 
-Two worker processes, one per tree (``PYTHONPATH`` = that tree), each build the
-same index (``RecallIndex.build`` over ``bench_recall.make_docs``, build rate
-best of 3) and the same store (``ContextStore.put_many`` of the same packets in
-a temporary directory, reopened), then answer the seeded query mix of
+Build rate: ``--build-rounds`` build-only processes per tree, one at a time, the
+order alternating (each the best of 3 ``RecallIndex.build`` of the same packets;
+the median of those). Then two worker processes, one per tree (``PYTHONPATH`` =
+that tree), each build the same index and the same store
+(``ContextStore.put_many`` of the same packets in a temporary directory,
+reopened), then answer the seeded query mix of
 ``benchmarks/bench_recall.py`` (``make_queries`` plus ``narrow_queries``, this
 tree's, for both). Answers: every query's
 ``RecallIndex.rank`` pairs (scores as ``repr``), ``RecallIndex.search`` hits
@@ -45,6 +47,17 @@ def fixed_clock():  # both stores (and their logs) on one clock: the same create
 
 size, nq = int(sys.argv[1]), int(sys.argv[2])
 packets = list(itertools.islice(stdlib_packets(size, seed=0), size))
+meta = br.entry_meta(packets, 0)
+if sys.argv[3] == "build":  # a build-only process: best of 3 builds, then exit
+    gc.collect(); gc.freeze()
+    rates = []
+    for _ in range(3):
+        t = time.perf_counter()
+        RecallIndex.build([RecallDoc.from_packet(k, p, c, b)
+                           for p, (k, c, b) in zip(packets, meta, strict=False)])
+        rates.append(size / (time.perf_counter() - t))
+    print(json.dumps(max(rates)), flush=True)
+    sys.exit(0)
 docs = br.make_docs(packets, 0)
 # the query mix of this tree's bench_recall for both workers (an older tree may
 # lack a class); only its query makers run, over this worker's docs
@@ -53,15 +66,6 @@ spec = importlib.util.spec_from_file_location(
 mix = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mix)
 queries = mix.make_queries(docs, nq, size) + mix.narrow_queries(docs, nq, size)
-meta = br.entry_meta(packets, 0)
-gc.collect(); gc.freeze()
-rates = []
-for _ in range(3):
-    t = time.perf_counter()
-    RecallIndex.build([RecallDoc.from_packet(k, p, c, b)
-                       for p, (k, c, b) in zip(packets, meta, strict=False)])
-    rates.append(size / (time.perf_counter() - t))
-gc.unfreeze()
 idx = RecallIndex.build(docs)
 root = tempfile.mkdtemp(prefix="sbs-", dir=os.environ.get("WORKDIR"))
 store = ContextStore.open(root, clock=fixed_clock,
@@ -90,7 +94,7 @@ def hit_json(h):
 
 calls = {"rank": rank, "search": search, "recall": recall}
 recall(queries[0])  # warm-up (the store's first query opens its views)
-print(json.dumps({"build_per_s": max(rates), "classes": [q["cls"] for q in queries]}), flush=True)
+print(json.dumps({"classes": [q["cls"] for q in queries]}), flush=True)
 for line in sys.stdin:
     cmd = line.split()
     if cmd[0] == "answers":
@@ -117,7 +121,7 @@ import shutil; shutil.rmtree(root, ignore_errors=True)
 class Worker:
     def __init__(self, tree: str, size: int, nq: int) -> None:
         env = dict(os.environ, TREE=tree, PYTHONPATH=tree, MIX=ROOT)
-        self.p = subprocess.Popen([sys.executable, "-c", WORKER, str(size), str(nq)],
+        self.p = subprocess.Popen([sys.executable, "-c", WORKER, str(size), str(nq), "serve"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=env, cwd=tree)
         self.hello = json.loads(self.ask(None))
@@ -152,11 +156,26 @@ def diff_answers(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
+def build_rate(tree: str, size: int, nq: int) -> float:
+    """Packets per second of ``RecallIndex.build`` (best of 3) in a fresh process."""
+    env = dict(os.environ, TREE=tree, PYTHONPATH=tree, MIX=ROOT)
+    out = subprocess.run([sys.executable, "-c", WORKER, str(size), str(nq), "build"],
+                         capture_output=True, text=True, env=env, cwd=tree, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def run_size(old: str, new: str, size: int, nq: int, rounds: int,
-             answers_only: bool) -> dict[str, Any]:
+             answers_only: bool, build_rounds: int) -> dict[str, Any]:
+    # build rates first, each in a process of its own with nothing else alive, the
+    # order alternating (a build next to the other tree's resident worker ran slower)
+    rates: dict[str, list[float]] = {"old": [], "new": []}
+    for r in range(build_rounds):
+        for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            rates[name].append(build_rate(old if name == "old" else new, size, nq))
     wo, wn = Worker(old, size, nq), Worker(new, size, nq)
     res: dict[str, Any] = {"size": size, "queries": len(wo.hello["classes"]),
-                           "build": (wo.hello["build_per_s"], wn.hello["build_per_s"])}
+                           "build": (statistics.median(rates["old"]),
+                                     statistics.median(rates["new"]))}
     a_old, a_new = json.loads(wo.ask("answers")), json.loads(wn.ask("answers"))
     if a_old["queries"] != a_new["queries"]:
         raise SystemExit("the two trees made different query sets")
@@ -188,7 +207,7 @@ def render(results: list[dict[str, Any]], argv: list[str]) -> str:
              "query, median over the rounds (old and new alternating), then p50/p95 per class; "
              "ratio = new / old.", ""]
     for r in results:
-        bo, bn = r["build"]
+        bo, bn = r["build"] if r["build"][0] else (float("nan"), float("nan"))
         lines.append(f"### {r['size']:,} packets ({r['queries']} queries)")
         lines.append("")
         lines.append(f"Answers (rank, search, store.recall): "
@@ -216,12 +235,15 @@ def main() -> None:
     ap.add_argument("--sizes", default="50000,200000")
     ap.add_argument("--queries", type=int, default=20, help="queries per class")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--build-rounds", type=int, default=4,
+                    help="build-only processes per tree (median of their best-of-3 rates)")
     ap.add_argument("--answers-only", action="store_true")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
-        r = run_size(args.old, args.new, size, args.queries, args.rounds, args.answers_only)
+        r = run_size(args.old, args.new, size, args.queries, args.rounds, args.answers_only,
+                     0 if args.answers_only else args.build_rounds)
         for d in r["diffs"]:
             print(d, file=sys.stderr)
         results.append(r)
