@@ -14,9 +14,10 @@ tree's, for both). Answers: every query's
 ``RecallIndex.rank`` pairs (scores as ``repr``), ``RecallIndex.search`` hits
 and ``store.recall`` hits as JSON (the stores and their logs run on one fixed
 clock, so that ``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing:
-``--rounds`` rounds, in each the old then the new worker (the order
-alternating by round) answer the whole query set per call; the median per
-query over the rounds, then p50/p95 per class.
+``--rounds`` rounds; in each, every query runs on the old and the new worker
+back to back (the order alternating by query and round), timed inside the
+worker on its second run (the first warms the caches the other worker used);
+the median per query over the rounds, then p50/p95 per class.
 """
 
 from __future__ import annotations
@@ -103,16 +104,16 @@ for line in sys.stdin:
                "recall": [[hit_json(h) for h in recall(q)] for q in queries],
                "queries": queries}
         print(json.dumps(out, sort_keys=True), flush=True)
-    else:
-        fn = calls[cmd[0]]
-        clock = time.perf_counter
+    elif cmd[0] == "gc":
         gc.collect()
-        lat = []
-        for q in queries:
-            t = clock()
-            fn(q)
-            lat.append(clock() - t)
-        print(json.dumps(lat), flush=True)
+        print("{}", flush=True)
+    else:  # "<call> <i>": one query, run once untimed (caches warm again after the
+        # other worker ran), then timed
+        fn, q = calls[cmd[0]], queries[int(cmd[1])]
+        fn(q)
+        t = time.perf_counter()
+        fn(q)
+        print(json.dumps(time.perf_counter() - t), flush=True)
 store.close()
 import shutil; shutil.rmtree(root, ignore_errors=True)
 '''
@@ -121,6 +122,8 @@ import shutil; shutil.rmtree(root, ignore_errors=True)
 class Worker:
     def __init__(self, tree: str, size: int, nq: int) -> None:
         env = dict(os.environ, TREE=tree, PYTHONPATH=tree, MIX=ROOT)
+        # one hash seed for both: set and dict orders alike in old and new
+        env["PYTHONHASHSEED"] = "0"
         self.p = subprocess.Popen([sys.executable, "-c", WORKER, str(size), str(nq), "serve"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   env=env, cwd=tree)
@@ -183,11 +186,20 @@ def run_size(old: str, new: str, size: int, nq: int, rounds: int,
     if not answers_only:
         classes = wo.hello["classes"]
         for call in ("rank", "recall"):
+            # paired per query: each query runs on old and new back to back (the order
+            # alternating), so drift over the run hits both alike
             samples: dict[str, list[list[float]]] = {"old": [], "new": []}
             for r in range(rounds):
-                pair = [("old", wo), ("new", wn)] if r % 2 == 0 else [("new", wn), ("old", wo)]
-                for name, w in pair:
-                    samples[name].append(json.loads(w.ask(call)))
+                wo.ask("gc")
+                wn.ask("gc")
+                lat: dict[str, list[float]] = {"old": [], "new": []}
+                for i in range(len(classes)):
+                    pair = [("old", wo), ("new", wn)] if (r + i) % 2 == 0 else [
+                        ("new", wn), ("old", wo)]
+                    for name, w in pair:
+                        lat[name].append(json.loads(w.ask(f"{call} {i}")))
+                for name in samples:
+                    samples[name].append(lat[name])
             med = {n: [statistics.median(x) * 1e3 for x in zip(*s, strict=True)]
                    for n, s in samples.items()}
             table = {}
@@ -204,8 +216,8 @@ def run_size(old: str, new: str, size: int, nq: int, rounds: int,
 def render(results: list[dict[str, Any]], argv: list[str]) -> str:
     lines = ["Reproduce: `flock /work/bench.lock python3 benchmarks/bench_sidebyside.py "
              + " ".join(argv) + "`. Old = main before the change, new = this tree; ms per "
-             "query, median over the rounds (old and new alternating), then p50/p95 per class; "
-             "ratio = new / old.", ""]
+             "query, median over the rounds (each query on old and new back to back), "
+             "then p50/p95 per class; ratio = new / old.", ""]
     for r in results:
         bo, bn = r["build"] if r["build"][0] else (float("nan"), float("nan"))
         lines.append(f"### {r['size']:,} packets ({r['queries']} queries)")
