@@ -251,13 +251,17 @@ class Tip:
             self.end_stable = False
         else:  # nothing past ``end`` but zeros: another writer cut any torn tail we saw
             self.torn = None
-        # Where a new generation could have begun (format.md §12): past a full segment (a
-        # roll, as ever), past a torn tail (the seal a compaction writes at the end of the
-        # segment it replaces looks like one), and, for the instant between a commit and
-        # its seal (a crash there), at most GEN_CHECK_INTERVAL after the last look. So
-        # the usual look at the head costs no extra system call.
-        if self.end >= self.roll_at or self.torn is not None or self._gen_check_due():
+        # Where a new generation could have begun (format.md §12): past a torn tail (the
+        # seal a compaction writes at the end of the segment it replaces looks like one)
+        # and, for the instant between a commit and its seal (a crash there), at most
+        # GEN_CHECK_INTERVAL after the last look. Past a full segment only a roll can
+        # be new: one stat for the next segment (a removed segment shows its seal
+        # first, as a segment not yet full does). So the usual look at the head costs
+        # no extra system call, and a look at a full segment one.
+        if self.torn is not None or self._gen_check_due():
             self.check_generation()
+        elif self.end >= self.roll_at and self._next_segment_exists():
+            self._move_on()
 
     def _gen_check_due(self) -> bool:
         now = time.monotonic()
