@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 from click.testing import CliRunner
 from test_compact import count_io  # noqa: F401  (the fixture)
 
 from cli.main import ctxledger
-from eventstore import Event, Ledger, LedgerIOError
+from eventstore import Event, Ledger, LedgerClosedError, LedgerError, LedgerIOError
 from eventstore.generation import SALVAGED
 from projections import ContextStore
 
@@ -262,3 +263,76 @@ def test_salvage_of_a_compacted_store_leaves_views_that_answer(tmp_path: Path) -
     assert listed.exit_code == 0, listed.output
     with ContextStore.open(tmp_path) as s:
         assert sorted(e.target for e in s.list()) == [x for x in want if x != "t1"]
+
+
+def test_salvage_records_an_exact_marker_anchors_and_renumbering(tmp_path: Path) -> None:
+    """Everything salvage writes besides the kept events, pinned value by value: the
+    marker's every field, the anchors file (each kept frame's digest at its old seq),
+    the renumbering ``rewrite`` hears of, the progress count, the report's removed
+    segments, the new generation's first time, and its refusals' exact words."""
+    d = tmp_path / "log"
+    ticks = iter(range(1000, 10_000))
+
+    def clock() -> float:
+        return float(next(ticks))
+
+    with Ledger.open(d, segment_bytes=4096, clock=clock) as led:
+        for i in range(60):
+            rows = [Event("a.b", f"k{i}", {"i": i, "pad": "x" * 150})]
+            if i % 5 == 4:
+                rows.append(Event("a.c", None, {"i": i}))
+            led.append(rows, batch_id=f"b{i}")
+        frames = list(led.read_digests())  # (first seq, last seq, digest) of every frame
+        times = {b.first_seq: b.at for b in led.read_batches()}
+        head, head_digest = led.head, led.head_digest
+    segs = sorted(d.glob("*.seg"))
+    assert len(segs) >= 3
+    damaged = segs[1]
+    first_seq = int(damaged.name[:20])
+    flip(damaged, 64 + 56 + 20)  # the payload of the damaged segment's first frame
+    lost = next(f for f in frames if f[0] == first_seq)
+    kept_frames = [f for f in frames if f is not lost]
+    progress: list[int] = []
+    renumbered: list[dict[int, int]] = []
+
+    def rewrite(row: bytes, new_seq: Mapping[int, int]) -> bytes:
+        renumbered.append(dict(new_seq))
+        return row
+
+    with Ledger.open(d) as led:
+        rep = led.salvage(clock=lambda: 5e9, progress=progress.append, rewrite=rewrite)
+        assert rep.salvaged and progress == [1] * len(segs)
+        assert rep.quarantined == (f"{damaged.name}.damaged",)
+        assert rep.written is not None and rep.written.removed == tuple(p.name for p in segs)
+        base = head + 1
+        assert led.base == base
+        marker = next(led.read(base, base))
+        assert marker.kind == SALVAGED
+        anchors_file = next(d.glob("*.anchors"))
+        assert dict(marker.data) == {
+            "old_base": 1, "old_head": head, "old_digest": head_digest.hex(),
+            "anchors_blake3": blake3.blake3(anchors_file.read_bytes()).hexdigest(),
+            "anchors_frames": len(frames),  # every frame read, the lost one too
+            "lost": [[lost[0], lost[1]]], "lost_events": lost[1] - lost[0] + 1,
+            "kept_events": head - (lost[1] - lost[0] + 1),
+            "quarantined": [f"{damaged.name}.damaged"], "salvaged_at": 5e9,
+        }
+        # the new generation's first batch carries the first kept batch's time
+        assert next(led.read_batches(base, base)).at == times[1]
+        # each frame's digest as its header recorded it, at its old last seq
+        for _first, last, digest in frames:
+            assert led.anchor_digest(last) == digest
+        two = next(f for f in frames if f[0] < f[1])  # a batch of two events
+        assert led.anchor_digest(two[0]) is None  # not a frame end
+        # every kept event renumbered past the marker, in order, one by one
+        kept_seqs = [s for f, la, _ in kept_frames for s in range(f, la + 1)]
+        assert renumbered and renumbered[-1] == {
+            s: base + 1 + i for i, s in enumerate(kept_seqs)}
+    with Ledger.open(d, readonly=True) as ro, pytest.raises(LedgerError) as info:
+        ro.salvage()
+    assert str(info.value) == "ledger was opened read-only"
+    closed = Ledger.open(d)
+    closed.close()
+    with pytest.raises(LedgerClosedError) as info2:
+        closed.salvage()
+    assert str(info2.value) == "ledger is closed"
