@@ -72,8 +72,12 @@ def test_head_anchor_and_check_anchor_on_any_backend() -> None:
         assert check_anchor(log, Anchor(0, GENESIS_DIGEST)) is None
         assert check_anchor(log, Anchor(2, a.digest)) == (
             "seq 2 is inside a batch; anchors are batch ends, e.g. 3")
-        assert "past the log's head 3" in (check_anchor(log, Anchor(4, a.digest)) or "")
-        assert "is not the one anchored" in (check_anchor(log, Anchor(1, a.digest)) or "")
+        assert check_anchor(log, Anchor(4, a.digest)) == (
+            "seq 4 is past the log's head 3: this log is shorter than the one anchored "
+            "(cut back, or another log)")
+        assert check_anchor(log, Anchor(1, a.digest)) == (
+            f"the chain digest at seq 1 is {one.digest.hex()}, not the anchor's "
+            f"{a.digest.hex()}: the log up to seq 1 is not the one anchored")
         assert Anchor.parse(str(a)) == a
 
 
@@ -218,3 +222,37 @@ def test_a_rewritten_packet_is_never_served_and_the_anchor_catches_it(
             assert untouched.exit_code == 1 and "corrupt log" in error_line(untouched)
         else:  # other packets are proven exactly what was put, and served
             assert untouched.exit_code == 0 and "alpha apple" in untouched.stdout
+
+
+def test_check_anchor_before_a_compaction_asks_the_anchors_file(tmp_path: Path) -> None:
+    """An anchor older than the generation start is checked against the anchors file the
+    compaction wrote: right, wrong, and a seq inside a compacted batch, word for word."""
+    from types import SimpleNamespace
+
+    from projections.compaction import compact
+
+    with ContextStore.open(tmp_path) as st:
+        st.put_many([{"target": "t", "summary": f"pair {i}"} for i in range(2)])  # seqs 1-2
+        for i in range(6):  # superseded puts: something for the compaction to drop
+            st.put({"target": f"t{i % 3}", "summary": f"entry {i % 3}"})
+        led = st.ledger
+        ends = {last: d for _f, last, d in led.read_digests()}
+        assert 1 not in ends and 2 in ends  # seq 1 is inside the first batch
+        assert compact(led).compacted
+        base = led.base
+        assert base > 2
+        assert check_anchor(led, Anchor(2, ends[2])) is None
+        at_base = led.digest_at(base)  # the generation's first batch: the chain decides
+        assert at_base is not None and check_anchor(led, Anchor(base, at_base)) is None
+        wrong = bytes(32)
+        assert check_anchor(led, Anchor(2, wrong)) == (
+            f"the chain digest at seq 2 was {ends[2].hex()} when the log was compacted, "
+            f"not the anchor's {wrong.hex()}")
+        assert check_anchor(led, Anchor(1, ends[2])) == (
+            f"seq 1 lies before this log's generation start {base} and no batch of the "
+            "compacted generations ended there")
+        # a log without an anchors file to ask (no anchor_digest) says the same
+        bare = SimpleNamespace(head=led.head, base=base)
+        assert check_anchor(bare, Anchor(2, ends[2])) == (  # type: ignore[arg-type]
+            f"seq 2 lies before this log's generation start {base} and no batch of the "
+            "compacted generations ended there")
