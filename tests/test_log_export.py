@@ -22,7 +22,14 @@ from strategies import batch_lists
 from test_compact import answers, fill
 
 from cli.main import ctxledger
-from eventstore import Event, ImportRefusedError, Ledger, check_anchor, head_anchor
+from eventstore import (
+    Event,
+    ImportRefusedError,
+    Ledger,
+    LedgerError,
+    check_anchor,
+    head_anchor,
+)
 from eventstore.export import check_import
 from projections.compaction import compact
 
@@ -167,9 +174,15 @@ def test_import_only_into_an_empty_log(tmp_path: Path) -> None:
         text = export(led)
     with Ledger.open(tmp_path / "b") as led:
         led.append([Event("c.d", None, {})])
-        with pytest.raises(Exception, match="not empty"):
+        with pytest.raises(LedgerError) as info:
             led.import_log(check_import(io.BytesIO(text)))
+        assert str(info.value) == (f"{tmp_path / 'b'} is not empty: log import only writes "
+                                   "into a store whose log has no event")
         assert led.head == 1
+    heard: list[int] = []
+    with Ledger.open(tmp_path / "c") as led:  # the import's progress hears of what it wrote
+        led.import_log(check_import(io.BytesIO(text)), progress=heard.append)
+        assert led.head == 1 and heard and sum(heard) >= 1
 
 
 def test_export_and_import_commands(tmp_path: Path) -> None:

@@ -304,9 +304,14 @@ def test_verify_and_salvage_reports_keep_their_json_keys(tmp_path: Path) -> None
     bad[offs[1] + 10] ^= 0x5A
     seg.write_bytes(bytes(bad))
     with Ledger.open(tmp_path / "log") as led:
-        problem = led.verify().problems[0]
+        report = led.verify()
+        problem = report.problems[0]
         assert problem.to_json() == {"segment": seg.name, "offset": offs[1],
                                      "error": problem.error}
+        assert report.to_json() == {  # every key of `verify --json`, docs/cli.md
+            "ok": False, "events": report.events, "frames": report.frames,
+            "head_seq": report.head_seq, "segments": 1, "base_seq": 1, "stale_segments": 0,
+            "problems": [problem.to_json()]}
         rep = led.salvage().to_json()
     assert rep == {"salvaged": True, "lost": [[2, 3]], "lost_events": 2, "kept_events": 4,
                    "damaged_segments": [seg.name], "quarantined": [f"{seg.name}.damaged"],
