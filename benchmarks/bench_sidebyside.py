@@ -48,24 +48,17 @@ def fixed_clock():  # both stores (and their logs) on one clock: the same create
 
 size, nq = int(sys.argv[1]), int(sys.argv[2])
 packets = list(itertools.islice(stdlib_packets(size, seed=0), size))
-meta = br.entry_meta(packets, 0)
-if sys.argv[3] == "build":  # a build-only process: best of 3 builds, then exit
-    gc.collect(); gc.freeze()
-    rates = []
-    for _ in range(3):
-        t = time.perf_counter()
-        RecallIndex.build([RecallDoc.from_packet(k, p, c, b)
-                           for p, (k, c, b) in zip(packets, meta, strict=False)])
-        rates.append(size / (time.perf_counter() - t))
-    print(json.dumps(max(rates)), flush=True)
-    sys.exit(0)
-docs = br.make_docs(packets, 0)
-# the query mix of this tree's bench_recall for both workers (an older tree may
-# lack a class); only its query makers run, over this worker's docs
+# the query mix and the build timing of this tree's bench_recall for both workers (an
+# older tree may lack a class); only its functions run, over this worker's engine
 spec = importlib.util.spec_from_file_location(
     "_mix", os.path.join(os.environ["MIX"], "benchmarks", "bench_recall.py"))
 mix = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mix)
+meta = br.entry_meta(packets, 0)
+if sys.argv[3] == "build":  # a build-only process: best of 3 builds, then exit
+    print(json.dumps(mix.build_rate(packets, meta)), flush=True)
+    sys.exit(0)
+docs = br.make_docs(packets, 0)
 queries = mix.make_queries(docs, nq, size) + mix.narrow_queries(docs, nq, size)
 idx = RecallIndex.build(docs)
 root = tempfile.mkdtemp(prefix="sbs-", dir=os.environ.get("WORKDIR"))
