@@ -121,8 +121,8 @@ def index_of(docs: list[RecallDoc], delta: int, removed: int) -> RecallIndex:
     return ix
 
 
-def same(got: list[tuple[str, float]], want: list[tuple[str, float]]) -> None:
-    assert [k for k, _ in got] == [k for k, _ in want], (got, want)
+def same(got: list[tuple[str, float]], want: list[tuple[str, float]], by: str = "") -> None:
+    assert [k for k, _ in got] == [k for k, _ in want], (by, got, want)
     for (_, a), (_, b) in zip(got, want, strict=True):
         assert abs(a - b) <= 1e-9 * max(1.0, abs(b)), (got, want)
 
@@ -151,17 +151,17 @@ def test_every_strategy_equals_the_exhaustive_oracle(
     with forced(**LAYOUTS[layout]):
         ix = index_of(docs, min(delta, len(docs)), removed)
     with forced(**TWEAKS[tweak]):
-        same(ix.rank(rq), want)  # the public path
+        same(ix.rank(rq), want, "rank")  # the public path
         prepared = ix._prepare(rq, True)
         if prepared is None:
             assert want == []
             return
         q, _ = prepared
-        for rank in STRATEGIES.values():  # each strategy forced in turn
+        for name, rank in STRATEGIES.items():  # each strategy forced in turn
             got = rank(ix, q, k)
             if got is None:
                 continue  # it declined (its shortcut could not prove an answer)
-            same([(ix._key_of(d), sc) for sc, d, _ in got], want)
+            same([(ix._key_of(d), sc) for sc, d, _ in got], want, name)
             # matched tokens, where a strategy reports them, are the query's tokens in the doc
             for _, d, matched in got:
                 if matched is not None:
