@@ -424,6 +424,35 @@ class NatsCluster:
         idx = self.names.index(leader)
         return idx if self.alive(idx) else None
 
+    def quorum(self, stream: str) -> bool:
+        """True when ``stream`` has a live leader and a majority of its replicas
+        (leader included) are online and current: a write can be acknowledged now.
+
+        A node that kept leading while its peers were down reports itself leader at
+        once after they restart, before they caught up; this waits for the catch-up."""
+
+        async def info() -> Any:
+            async with connect(self.live_urls(), timeout=1.0) as nc:
+                return await nc.jetstream(timeout=1.0).stream_info(stream)
+
+        if self.stream_leader(stream) is None:
+            return False
+        try:
+            si = run(info)
+        except Exception:  # noqa: BLE001 - no node answered in time
+            return False
+        peers = si.cluster.replicas or [] if si.cluster is not None else []
+        current = 1 + sum(1 for p in peers if p.current and not p.offline)
+        return current > (1 + len(peers)) // 2
+
+    def wait_for_quorum(self, stream: str, timeout: float = 30.0) -> None:
+        """Poll :meth:`quorum` until it holds, else :class:`NatsClusterError`."""
+        deadline = time.monotonic() + timeout
+        while not self.quorum(stream):
+            if time.monotonic() > deadline:
+                raise NatsClusterError(f"stream {stream!r} has no quorum after {timeout:.1f} s")
+            time.sleep(0.1)
+
     def wait_for_leader(
         self, stream: str, timeout: float = 15.0, exclude: int | None = None
     ) -> int:

@@ -34,6 +34,7 @@ from cli.main import COMMANDS, CtxGroup, ctxledger
 from cli.options import STORE_DIR, store_options
 from cli.output import dumps, to_jsonable
 from eventstore import Event, Ledger
+from tests.procs import sigint_default
 
 REPO = Path(__file__).resolve().parents[1]
 VERIFY_KEYS = {"ok", "events", "frames", "head_seq", "problems"}
@@ -336,7 +337,8 @@ def test_tail_follow_streams_new_events_until_ctrl_c(root: Path, as_json: bool) 
         "0.02",
     ] + (["--json"] if as_json else [])
     p = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=proc_env()
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=proc_env(),
+        preexec_fn=sigint_default,
     )
     reader = LineReader(p.stdout)
     try:
@@ -347,9 +349,13 @@ def test_tail_follow_streams_new_events_until_ctrl_c(root: Path, as_json: bool) 
         lines = reader.take(3)
     finally:
         p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout=20)  # a child that ignores the signal fails the test, not hangs it
+        finally:
+            if p.poll() is None:
+                p.kill()
         assert p.stderr is not None
         err = p.stderr.read()
-        p.wait(timeout=20)
     assert p.returncode == 130
     assert "Traceback" not in err and err.strip() == ""
     assert len(lines) == 3

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import ctxledger
+from tests.procs import sigint_default
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -176,7 +177,8 @@ def test_watch_follows_task_events_from_another_process(root: Path) -> None:
     tid = ok_json("task", "create", "--title", "w", "--id", "w1", "--root", str(root))["id"]
     p = subprocess.Popen([*_cmd(), "task", "watch", "--json", "--interval", "0.02",
                           "--root", str(root)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=sigint_default)
     try:
         time.sleep(1.0)  # let it start and read the head (what it prints starts after)
         ok_json("task", "start", tid, "--root", str(root))

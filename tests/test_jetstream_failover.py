@@ -43,6 +43,20 @@ def ids_in(log: JetStreamLog) -> list[str]:
     return [b.batch_id for b in log.read_batches() if b.batch_id is not None]
 
 
+def retry_until_acknowledged(log: JetStreamLog, events: list[Event], batch_id: str,
+                             timeout: float = 30.0) -> Any:
+    """Append as a caller told "nothing was acknowledged" does: the same batch id again
+    until it is acknowledged. Every failure on the way must say nothing was kept."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return log.append(events, batch_id=batch_id)
+        except LogUnavailableError as e:
+            assert "nothing was acknowledged" in str(e)
+            if time.monotonic() > deadline:
+                raise
+
+
 def check_log(log: JetStreamLog, acked: list[str]) -> None:
     """Every acknowledged batch once, seqs gapless, the chain sound."""
     ids = ids_in(log)
@@ -131,8 +145,8 @@ def test_quorum_lost_acknowledges_nothing_then_recovers(nats_cluster_fresh: Any,
         assert "nothing was acknowledged" in str(info.value)
         for i in others:
             cluster.restart(i)
-        cluster.wait_for_leader(s, timeout=30.0)
-        again = log.append([Event("during")], batch_id="lost")  # the retry settles it
+        cluster.wait_for_quorum(s, timeout=30.0)
+        again = retry_until_acknowledged(log, [Event("during")], "lost")  # retries settle it
         acked.append("lost")
         assert again.first_seq == 6
         log.append([Event("after")], batch_id="q")
