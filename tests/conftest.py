@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,6 +63,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--torture-seed", type=int, default=None, metavar="N",
         help="the seed of every torture test (what a failure printed), to reproduce it",
     )
+
+
+# -- the torture suite's figures (tests/torture/conftest.py fills them) -----------------
+# Here, not in tests/torture/: under xdist the controller collects nothing, so only this
+# conftest's hooks run where the reports arrive.
+
+_TALLIES: dict[str, Counter[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "teardown":
+        return
+    for key, value in report.user_properties:
+        if key == "torture_tally":
+            name, counts = value
+            _TALLIES.setdefault(name, Counter()).update(counts)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _TALLIES:
+        return
+    terminalreporter.section("torture figures")
+    for name, counts in sorted(_TALLIES.items()):
+        figures = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        terminalreporter.write_line(f"{name}: {figures}")
 
 
 # -- NATS JetStream clusters (issue 17): tests/natscluster.py --------------------------

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from soak import Budget
 
-TALLIES = pytest.StashKey[dict[str, Counter[str]]]()
+TALLY = "torture_tally"  # the user property a tally travels in
 
 
 @pytest.fixture
@@ -39,20 +40,10 @@ def seed(request: pytest.FixtureRequest) -> int:
 
 
 @pytest.fixture
-def tally(request: pytest.FixtureRequest) -> Counter[str]:
+def tally(request: pytest.FixtureRequest) -> Iterator[Counter[str]]:
     """Counters a test fills (rounds, faults, flips, ...); the figures in
-    docs/reliability.md. Printed in the terminal summary."""
-    tallies = request.config.stash.setdefault(TALLIES, {})
-    name = request.node.originalname
-    return tallies.setdefault(name, Counter())
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
-                            config: pytest.Config) -> None:
-    tallies = config.stash.get(TALLIES, {})
-    if not tallies:
-        return
-    terminalreporter.section("torture figures")
-    for name, counts in sorted(tallies.items()):
-        figures = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-        terminalreporter.write_line(f"{name}: {figures}")
+    docs/reliability.md. They travel in the test's report (so they reach the
+    terminal summary from an xdist worker too): ``tests/conftest.py`` prints them."""
+    counts: Counter[str] = Counter()
+    yield counts
+    request.node.user_properties.append((TALLY, (request.node.originalname, dict(counts))))
