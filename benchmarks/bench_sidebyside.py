@@ -1,7 +1,8 @@
 """Recall before and after a change, in one run: same answers, and the speed of each.
 
     python3 benchmarks/bench_sidebyside.py --old /path/to/old/tree [--sizes 50000,200000]
-        [--queries 20] [--rounds 5] [--build-rounds 4] [--answers-only] [--write-docs]
+        [--queries 20] [--rounds 5] [--repeat 5] [--build-rounds 4] [--answers-only]
+        [--write-docs]
 
 Build rate: ``--build-rounds`` build-only processes per tree, one at a time, the
 order alternating (each the best of 3 ``RecallIndex.build`` of the same packets;
@@ -16,8 +17,10 @@ and ``store.recall`` hits as JSON (the stores and their logs run on one fixed
 clock, so that ``created_at_unix`` and ``age_secs`` agree), compared byte for byte. Timing:
 ``--rounds`` rounds; in each, every query runs on the old and the new worker
 back to back (the order alternating by query and round), timed inside the
-worker on its second run (the first warms the caches the other worker used);
-the median per query over the rounds, then p50/p95 per class.
+worker: one untimed call (it warms the caches the other worker used), then
+``--repeat`` timed calls, their median. A single timed call of a sub-millisecond
+query scattered 10-25% between runs; the median per query over the rounds,
+then p50/p95 per class.
 """
 
 from __future__ import annotations
@@ -100,13 +103,16 @@ for line in sys.stdin:
     elif cmd[0] == "gc":
         gc.collect()
         print("{}", flush=True)
-    else:  # "<call> <i>": one query, run once untimed (caches warm again after the
-        # other worker ran), then timed
-        fn, q = calls[cmd[0]], queries[int(cmd[1])]
+    else:  # "<call> <i> <n>": one query, run once untimed (caches warm again after
+        # the other worker ran), then n times timed one by one: their median
+        fn, q, n = calls[cmd[0]], queries[int(cmd[1])], int(cmd[2])
         fn(q)
-        t = time.perf_counter()
-        fn(q)
-        print(json.dumps(time.perf_counter() - t), flush=True)
+        ts = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn(q)
+            ts.append(time.perf_counter() - t)
+        print(json.dumps(sorted(ts)[n // 2]), flush=True)
 store.close()
 import shutil; shutil.rmtree(root, ignore_errors=True)
 '''
@@ -161,7 +167,7 @@ def build_rate(tree: str, size: int, nq: int) -> float:
 
 
 def run_size(old: str, new: str, size: int, nq: int, rounds: int,
-             answers_only: bool, build_rounds: int) -> dict[str, Any]:
+             answers_only: bool, build_rounds: int, repeat: int) -> dict[str, Any]:
     # build rates first, each in a process of its own with nothing else alive, the
     # order alternating (a build next to the other tree's resident worker ran slower)
     rates: dict[str, list[float]] = {"old": [], "new": []}
@@ -190,7 +196,7 @@ def run_size(old: str, new: str, size: int, nq: int, rounds: int,
                     pair = [("old", wo), ("new", wn)] if (r + i) % 2 == 0 else [
                         ("new", wn), ("old", wo)]
                     for name, w in pair:
-                        lat[name].append(json.loads(w.ask(f"{call} {i}")))
+                        lat[name].append(json.loads(w.ask(f"{call} {i} {repeat}")))
                 for name in samples:
                     samples[name].append(lat[name])
             med = {n: [statistics.median(x) * 1e3 for x in zip(*s, strict=True)]
@@ -209,8 +215,9 @@ def run_size(old: str, new: str, size: int, nq: int, rounds: int,
 def render(results: list[dict[str, Any]], argv: list[str]) -> str:
     lines = ["Reproduce: `flock /work/bench.lock python3 benchmarks/bench_sidebyside.py "
              + " ".join(argv) + "`. Old = main before the change, new = this tree; ms per "
-             "query, median over the rounds (each query on old and new back to back), "
-             "then p50/p95 per class; ratio = new / old.", ""]
+             "query: per round, the median of --repeat timed calls after a warm one, each query on "
+             "old and new back to back; the median over the rounds, then p50/p95 per "
+             "class; ratio = new / old.", ""]
     for r in results:
         bo, bn = r["build"] if r["build"][0] else (float("nan"), float("nan"))
         lines.append(f"### {r['size']:,} packets ({r['queries']} queries)")
@@ -242,13 +249,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--build-rounds", type=int, default=4,
                     help="build-only processes per tree (median of their best-of-3 rates)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="timed calls of a query per turn (their median; one warm call first)")
     ap.add_argument("--answers-only", action="store_true")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
         r = run_size(args.old, args.new, size, args.queries, args.rounds, args.answers_only,
-                     0 if args.answers_only else args.build_rounds)
+                     0 if args.answers_only else args.build_rounds, args.repeat)
         for d in r["diffs"]:
             print(d, file=sys.stderr)
         results.append(r)
