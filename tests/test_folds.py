@@ -279,6 +279,24 @@ def test_rebuild_one_view_or_all(tmp_path: Path) -> None:
     reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
+def test_a_rebuild_replaces_the_primary_and_drops_the_backup(tmp_path: Path) -> None:
+    """The refolded state is written as the primary without rotating the old primary
+    into the backup slot, and the old backup is removed: after a rebuild no checkpoint
+    file holds a state from before it (Runner.install marks both files stale)."""
+    expected = build(tmp_path)
+    d = ckpt_dir(tmp_path)
+    name = cache_mod.NAME
+    assert (d / f"{name}.ckpt.bak").exists()
+    with open_store(tmp_path) as store:
+        store.rebuild(name)
+        v = store.runner.views[name]
+        assert (v.loaded_from, v.checkpointed_seq, v.stale, v.refused) == (
+            "primary", expected["seq"], set(), [])
+        assert not (d / f"{name}.ckpt.bak").exists()
+        assert CheckpointDir(d, readonly=True).peek_seq(name) == expected["seq"]
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+
+
 def test_as_of_rejects_negative_and_boolean(tmp_path: Path) -> None:
     build(tmp_path)
     with open_store(tmp_path) as store:
