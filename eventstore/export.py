@@ -156,6 +156,8 @@ def check_import(f: IO[bytes], limit: int = MAX_LINE_BYTES) -> Imported:
     rows: list[bytes] = []
     cur: dict[str, Any] | None = None  # the frame being collected
     first_prev: bytes | None = None
+    # prev and expect are set from the first line before any use (mutants of their
+    # initial values are equivalent: .ci/mutants-equivalent)
     prev = b""
     anchors: bytes | None = None
     expect = 0
@@ -245,6 +247,8 @@ def check_import(f: IO[bytes], limit: int = MAX_LINE_BYTES) -> Imported:
             close_frame(n)
     if cur is not None:
         raise ImportRefusedError(n, f"the file ends inside the frame at seq {cur['first_seq']}")
+    # (both or neither: the first frame's line sets first_prev and a frame left open was
+    # refused above, so `and` for `or` is an equivalent mutant)
     if not batches or first_prev is None:
         raise ImportRefusedError(n, "the file holds no event")
     return Imported(tuple(batches), first_prev, prev, anchors)

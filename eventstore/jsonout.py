@@ -111,18 +111,23 @@ _MAX_DECIMAL_BITS = 14_000  # below 4,300 decimal digits (sys.get_int_max_str_di
 
 
 def _float_name(x: float) -> str:
+    # only NaN and ±inf come here: `x >= 0` or `x > 1` for `x > 0` are equivalent mutants
     return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
 def _key(k: Any, path: set[int]) -> str:
     if isinstance(k, str):
         return k
+    # allow_nan=False here and in dumps() guards what to_jsonable already ensures (no
+    # non-finite float is left): mutants of it are equivalent
     return json.dumps(_conv(k, path), sort_keys=True, allow_nan=False)
 
 
 def dumps(obj: Any, *, compact: bool = False, ascii_only: bool = True) -> str:
     """One JSON document for ``obj``; never raises for a value the log can hold."""
     seps = (",", ":") if compact else (", ", ": ")
+    # the fast path prints the walk's exact text (tests/test_output.py): a mutant that
+    # skips it is equivalent, only slower
     text = dumps_if_plain(obj, seps, ascii_only)
     if text is not None:
         return text
@@ -140,7 +145,7 @@ def dumps_if_plain(obj: Any, seps: tuple[str, str], ascii_only: bool) -> str | N
     """
     if not _plain_containers(obj):
         return None
-    try:
+    try:  # (allow_nan=None is as false as False: an equivalent mutant)
         return json.dumps(obj, separators=seps, ensure_ascii=ascii_only, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         return None

@@ -75,7 +75,7 @@ def mirror_to_dir(source: LogBackend, log_dir: Path,
         raise LedgerError("the log to mirror holds no event")
     with tempfile.TemporaryFile() as spool:
         for line in source.export_lines():
-            spool.write(line.encode("utf-8") + b"\n")
+            spool.write(line.encode("utf-8") + b"\n")  # ("UTF-8" names it too: equivalent)
         spool.seek(0)
         imported = check_import(spool)
     with Ledger.open(log_dir) as led:

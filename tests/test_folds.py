@@ -297,6 +297,30 @@ def test_a_rebuild_replaces_the_primary_and_drops_the_backup(tmp_path: Path) -> 
     reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
+def test_a_rebuild_whose_checkpoint_fails_reports_the_view_as_rebuilt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refolded state serves even when its checkpoint cannot be written: the view
+    says where it came from (``rebuild``) until a later checkpoint succeeds."""
+    expected = build(tmp_path)
+    with open_store(tmp_path) as store:
+        real = store.runner.ckdir.write
+
+        def failing(*a: Any, **kw: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(store.runner.ckdir, "write", failing)
+        with pytest.raises(OSError):
+            store.rebuild(cache_mod.NAME)
+        view = store.stats()["views"][cache_mod.NAME]
+        assert view["loaded_from"] == "rebuild"
+        assert store.runner.views[cache_mod.NAME].checkpointed_seq == 0
+        assert view_state(store).snapshot() == expected
+        monkeypatch.setattr(store.runner.ckdir, "write", real)
+        store.checkpoint()
+        assert store.stats()["views"][cache_mod.NAME]["loaded_from"] == "primary"
+    reopen_and_check(tmp_path, expected, "primary", []).close()
+
+
 def test_as_of_rejects_negative_and_boolean(tmp_path: Path) -> None:
     build(tmp_path)
     with open_store(tmp_path) as store:

@@ -18,7 +18,7 @@ import cbor2
 import pytest
 from test_compact import fill
 
-from eventstore import Event, ImportRefusedError, Ledger
+from eventstore import Event, ImportRefusedError, Ledger, LedgerError
 from eventstore.export import check_import
 from projections.compaction import compact
 
@@ -175,3 +175,48 @@ def test_a_generation_files_anchors_are_checked(tmp_path: Path) -> None:
     del lines[0]["anchors"]
     e = refusal(text_of(lines))
     assert (e.line, e.reason) == (1, "anchors is not hex")
+
+
+def test_a_frame_over_the_payload_limit_is_refused_and_one_at_it_imports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit is on the sum of a frame's event rows (a 256 MiB frame is too big for a
+    test: the limit is lowered to the rows of frame 2 exactly, then one byte below)."""
+    import eventstore.export as export_mod
+
+    lines = valid_export(tmp_path)
+    rows2 = sum(len(bytes.fromhex(x["cbor"])) for x in lines[1:3])
+    monkeypatch.setattr(export_mod, "MAX_PAYLOAD", rows2)
+    check_import(io.BytesIO(text_of(lines)))
+    monkeypatch.setattr(export_mod, "MAX_PAYLOAD", rows2 - 1)
+    e = refusal(text_of(lines))
+    assert (e.line, e.reason) == (3, "frame exceeds the payload limit")
+
+
+def test_export_of_a_backends_batches(tmp_path: Path) -> None:
+    """``export_log`` (what the memory and JetStream logs export through) gives the file
+    log's lines: from a seq inside a frame, to a seq exactly, of one kind; compact JSON."""
+    from eventstore.export import export_log
+
+    times = iter([10.0, 20.0, 30.0])
+    with Ledger.open(tmp_path / "src", clock=lambda: next(times)) as led:
+        led.append([Event("a.b", "k", {"n": 1})])
+        led.append([Event("a.b", None, {"n": 2}), Event("a.c", "q", {"n": 3})], batch_id="b2")
+        led.append([Event("a.b", None, {"n": 4})])
+
+        def prev_of(first: int) -> bytes | None:
+            return led.digest_at(first - 1) if first > 1 else bytes(32)
+
+        def ours(**kw: Any) -> list[str]:
+            return list(export_log(iter(list(led.read_raw_batches())), prev_of, **kw))
+
+        assert ours() == list(led.export_lines())
+        assert [json.loads(x)["seq"] for x in ours(from_seq=3)] == [3, 4]  # mid-frame
+        assert [json.loads(x)["seq"] for x in ours(to_seq=3)] == [1, 2, 3]  # the seq itself
+        assert [json.loads(x)["seq"] for x in ours(from_seq=2, to_seq=2)] == [2]
+        assert [json.loads(x)["seq"] for x in ours(kind="a.c")] == [3]
+        for line in ours():
+            assert line == json.dumps(json.loads(line), separators=(",", ":"))
+        assert list(export_log(iter([]), prev_of)) == []
+        with pytest.raises(LedgerError) as e:
+            export_log(iter(list(led.read_raw_batches())), lambda first: None)
+        assert str(e.value) == "the log changed while it was exported; run the export again"

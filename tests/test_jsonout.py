@@ -94,6 +94,25 @@ def test_each_value_has_its_exact_json(name: str, value: Any, want: Any) -> None
     assert json.loads(dumps(value)) == want
 
 
+@attrs.frozen
+class BA:
+    """Fields in non-alphabetical order: sorted keys are visible in its JSON text."""
+
+    b: int
+    a: int
+
+
+def test_containers_inside_pairs_tags_sets_and_keys() -> None:
+    # keys that print alike, with containers on both sides of a pair
+    assert to_jsonable({(1,): [1], "[1]": [2]}) == {"$map": [[[1], [1]], ["[1]", [2]]]}
+    assert to_jsonable(cbor2.CBORTag(9, [b"\x01"])) == {"$tag": 9,
+                                                         "value": [{"$bytes": "01"}]}
+    # a set sorts by each element's JSON text with sorted keys ({"a": 1, "b": 2} first)
+    assert to_jsonable({BA(1, 2), BA(2, 1)}) == {"$set": [{"b": 2, "a": 1}, {"b": 1, "a": 2}]}
+    # a key that is an object prints as its JSON text with sorted keys
+    assert to_jsonable({BA(1, 2): 0}) == {'{"a": 2, "b": 1}': 0}
+
+
 def test_ints_print_as_decimal_up_to_14000_bits_then_as_hex() -> None:
     small = (1 << 14000) - 1  # 14,000 bits: still decimal
     big = 1 << 14000

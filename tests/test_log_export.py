@@ -163,9 +163,30 @@ def test_a_line_over_the_limit_is_refused(tmp_path: Path) -> None:
     with Ledger.open(tmp_path / "a") as led:
         led.append([Event("a.b", "k", {"pad": "x" * 500})])
         text = export(led)
-    with pytest.raises(ImportRefusedError, match="longer than 100 bytes"):
+    with pytest.raises(ImportRefusedError) as e:
         check_import(io.BytesIO(text), limit=100)
+    assert (e.value.line, e.value.reason) == (1, "line is longer than 100 bytes")
     assert check_import(io.BytesIO(text), limit=len(text)).head_digest
+
+
+def test_import_never_reads_more_than_a_line_limit_at_once(tmp_path: Path) -> None:
+    """A file of one huge line costs the limit in memory, not the line's size."""
+    asked: list[int | None] = []
+
+    class Recording(io.BytesIO):
+        def readline(self, size: int | None = -1) -> bytes:  # type: ignore[override]
+            asked.append(size)
+            return super().readline(size)
+
+    with Ledger.open(tmp_path / "a") as led:
+        led.append([Event("a.b", "k", {"pad": "x" * 500})])
+        text = export(led)
+    with pytest.raises(ImportRefusedError):
+        check_import(Recording(text), limit=100)
+    assert asked == [101]
+    asked.clear()
+    check_import(Recording(text), limit=len(text))
+    assert asked == [len(text) + 1, len(text) + 1]  # the line, then the end of the file
 
 
 def test_import_only_into_an_empty_log(tmp_path: Path) -> None:
@@ -221,5 +242,7 @@ def test_a_generation_marker_inside_the_file_is_refused() -> None:
             cbor2.dumps(["a.b", None, {"i": 3}])]
     batches = [RawBatch(i + 1, 1.0 + i, None, (r,)) for i, r in enumerate(rows)]
     text = "".join(line + "\n" for line in export_lines(batches, GENESIS_DIGEST))
-    with pytest.raises(ImportRefusedError, match="line 2"):
+    with pytest.raises(ImportRefusedError) as e:
         check_import(io.BytesIO(text.encode()))
+    assert (e.value.line, e.value.reason) == (
+        2, "ledger.compacted is only ever a generation's first event")

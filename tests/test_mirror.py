@@ -114,13 +114,23 @@ def test_a_stream_longer_than_the_source_is_refused(tmp_path: Path) -> None:
 
 def test_a_compacted_source_is_refused(tmp_path: Path) -> None:
     class Compacted(MemoryLog):
-        base = 3
+        base = 2  # the smallest base a compaction leaves
 
     with pytest.raises(LedgerError) as e:
         mirror_to_stream(Compacted(), FakeStream())
     assert str(e.value) == (
-        "this log was compacted (its seqs start at 3); a JetStream stream starts at seq "
+        "this log was compacted (its seqs start at 2); a JetStream stream starts at seq "
         "1: mirror before compacting, or export it")
+
+
+def test_a_source_without_a_base_starts_at_seq_1() -> None:
+    """A memory log has no ``base`` attribute: it is never compacted, so it mirrors."""
+    src = MemoryLog(clock=lambda: 3.0)
+    assert not hasattr(src, "base")
+    src.append([Event("m.ev", None, {"n": 1})])
+    dest = FakeStream()
+    assert mirror_to_stream(src, dest) == Mirrored(1, 1, 0, 1, src.head_digest)
+    assert raw(dest) == raw(src)
 
 
 def test_a_stream_that_does_not_end_at_the_sources_digest_is_an_error(tmp_path: Path) -> None:
