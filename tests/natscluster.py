@@ -406,15 +406,8 @@ class NatsCluster:
         that is not running (a stale view during an election).
         """
 
-        async def info() -> Any:
-            async with connect(self.live_urls(), timeout=1.0) as nc:
-                return await nc.jetstream(timeout=1.0).stream_info(stream)
-
-        if not self.live_urls():
-            return None
-        try:
-            si = run(info)
-        except Exception:  # noqa: BLE001 - no leader to answer, or no node up
+        si = self._stream_info(stream)
+        if si is None:
             return None
         leader = si.cluster.leader if si.cluster is not None else None
         if leader is None and self.size == 1:
@@ -424,6 +417,21 @@ class NatsCluster:
         idx = self.names.index(leader)
         return idx if self.alive(idx) else None
 
+    def _stream_info(self, stream: str) -> Any:
+        """STREAM.INFO from any live node, or None (no node up, or none answered in time:
+        no leader to answer)."""
+
+        async def info() -> Any:
+            async with connect(self.live_urls(), timeout=1.0) as nc:
+                return await nc.jetstream(timeout=1.0).stream_info(stream)
+
+        if not self.live_urls():
+            return None
+        try:
+            return run(info)
+        except Exception:  # noqa: BLE001 - no leader to answer, or no node up
+            return None
+
     def quorum(self, stream: str) -> bool:
         """True when ``stream`` has a live leader and a majority of its replicas
         (leader included) are online and current: a write can be acknowledged now.
@@ -431,17 +439,12 @@ class NatsCluster:
         A node that kept leading while its peers were down reports itself leader at
         once after they restart, before they caught up; this waits for the catch-up."""
 
-        async def info() -> Any:
-            async with connect(self.live_urls(), timeout=1.0) as nc:
-                return await nc.jetstream(timeout=1.0).stream_info(stream)
-
         if self.stream_leader(stream) is None:
             return False
-        try:
-            si = run(info)
-        except Exception:  # noqa: BLE001 - no node answered in time
+        si = self._stream_info(stream)
+        if si is None:
             return False
-        peers = si.cluster.replicas or [] if si.cluster is not None else []
+        peers = (si.cluster.replicas or []) if si.cluster is not None else []
         current = 1 + sum(1 for p in peers if p.current and not p.offline)
         return current > (1 + len(peers)) // 2
 
