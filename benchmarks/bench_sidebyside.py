@@ -1,8 +1,8 @@
 """Recall before and after a change, in one run: same answers, and the speed of each.
 
     python3 benchmarks/bench_sidebyside.py --old /path/to/old/tree [--sizes 50000,200000]
-        [--queries 20] [--rounds 5] [--repeat 5] [--build-rounds 4] [--answers-only]
-        [--write-docs]
+        [--queries 20] [--rounds 5] [--repeat 5] [--pairs 3] [--build-rounds 4]
+        [--answers-only] [--write-docs]
 
 Build rate: ``--build-rounds`` build-only processes per tree, one at a time, the
 order alternating (each the best of 3 ``RecallIndex.build`` of the same packets;
@@ -19,8 +19,11 @@ clock, so that ``created_at_unix`` and ``age_secs`` agree), compared byte for by
 back to back (the order alternating by query and round), timed inside the
 worker: one untimed call (it warms the caches the other worker used), then
 ``--repeat`` timed calls, their median. A single timed call of a sub-millisecond
-query scattered 10-25% between runs; the median per query over the rounds,
-then p50/p95 per class.
+query scattered 10-25% between runs; the median per query over the rounds.
+A worker keeps one memory layout for its life, and two processes of one tree
+differed by up to a fifth on a class of small queries: ``--pairs`` fresh pairs
+of workers, one after the other, the median per query over the pairs, then
+p50/p95 per class; each pair's own p50 ratio is printed beside it.
 """
 
 from __future__ import annotations
@@ -166,49 +169,86 @@ def build_rate(tree: str, size: int, nq: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def run_size(old: str, new: str, size: int, nq: int, rounds: int,
-             answers_only: bool, build_rounds: int, repeat: int) -> dict[str, Any]:
+def time_pair(wo: Worker, wn: Worker, call: str, rounds: int, repeat: int
+              ) -> dict[str, list[float]]:
+    """Per query, the median over ``rounds`` of each worker's time (ms)."""
+    n = len(wo.hello["classes"])
+    # paired per query: each query runs on old and new back to back (the order
+    # alternating), so drift over the run hits both alike
+    samples: dict[str, list[list[float]]] = {"old": [], "new": []}
+    for r in range(rounds):
+        wo.ask("gc")
+        wn.ask("gc")
+        lat: dict[str, list[float]] = {"old": [], "new": []}
+        for i in range(n):
+            pair = [("old", wo), ("new", wn)] if (r + i) % 2 == 0 else [("new", wn), ("old", wo)]
+            for name, w in pair:
+                lat[name].append(json.loads(w.ask(f"{call} {i} {repeat}")))
+        for name in samples:
+            samples[name].append(lat[name])
+    return {n_: [statistics.median(x) * 1e3 for x in zip(*s, strict=True)]
+            for n_, s in samples.items()}
+
+
+def class_table(classes: list[str], med: dict[str, list[float]]
+                ) -> dict[str, dict[str, tuple[float, float]]]:
+    """p50/p95 per class (and ``all``) of per-query times."""
+    table = {}
+    for c in list(dict.fromkeys(classes)) + ["all"]:
+        sel = [i for i, x in enumerate(classes) if c in ("all", x)]
+        table[c] = {n: (pct([m[i] for i in sel], 0.5), pct([m[i] for i in sel], 0.95))
+                    for n, m in med.items()}
+    return table
+
+
+def run_size(old: str, new: str, size: int, nq: int, rounds: int, answers_only: bool,
+             build_rounds: int, repeat: int, pairs: int) -> dict[str, Any]:
     # build rates first, each in a process of its own with nothing else alive, the
     # order alternating (a build next to the other tree's resident worker ran slower)
     rates: dict[str, list[float]] = {"old": [], "new": []}
     for r in range(build_rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
             rates[name].append(build_rate(old if name == "old" else new, size, nq))
-    wo, wn = Worker(old, size, nq), Worker(new, size, nq)
-    res: dict[str, Any] = {"size": size, "queries": len(wo.hello["classes"]),
-                           "build": (statistics.median(rates["old"]),
-                                     statistics.median(rates["new"]))}
-    a_old, a_new = json.loads(wo.ask("answers")), json.loads(wn.ask("answers"))
-    if a_old["queries"] != a_new["queries"]:
-        raise SystemExit("the two trees made different query sets")
-    res["diffs"] = diff_answers(a_old, a_new)
-    if not answers_only:
+    res: dict[str, Any] = {"size": size, "pairs": pairs, "diffs": [],
+                           "build": (statistics.median(rates["old"]) if rates["old"] else 0.0,
+                                     statistics.median(rates["new"]) if rates["new"] else 0.0)}
+    # per call, per pair: per-query medians over the rounds. A worker keeps its memory
+    # layout for its whole life, and twenty sub-millisecond queries of one class feel
+    # it; fresh pairs sample fresh layouts, and the median over pairs smooths them.
+    per_pair: dict[str, list[dict[str, list[float]]]] = {"rank": [], "recall": []}
+    classes: list[str] = []
+    for p in range(pairs):
+        # start order alternating by pair: the first-started worker is not always old
+        if p % 2 == 0:
+            wo = Worker(old, size, nq)
+            wn = Worker(new, size, nq)
+        else:
+            wn = Worker(new, size, nq)
+            wo = Worker(old, size, nq)
         classes = wo.hello["classes"]
-        for call in ("rank", "recall"):
-            # paired per query: each query runs on old and new back to back (the order
-            # alternating), so drift over the run hits both alike
-            samples: dict[str, list[list[float]]] = {"old": [], "new": []}
-            for r in range(rounds):
-                wo.ask("gc")
-                wn.ask("gc")
-                lat: dict[str, list[float]] = {"old": [], "new": []}
-                for i in range(len(classes)):
-                    pair = [("old", wo), ("new", wn)] if (r + i) % 2 == 0 else [
-                        ("new", wn), ("old", wo)]
-                    for name, w in pair:
-                        lat[name].append(json.loads(w.ask(f"{call} {i} {repeat}")))
-                for name in samples:
-                    samples[name].append(lat[name])
-            med = {n: [statistics.median(x) * 1e3 for x in zip(*s, strict=True)]
-                   for n, s in samples.items()}
-            table = {}
-            for c in list(dict.fromkeys(classes)) + ["all"]:
-                sel = [i for i, x in enumerate(classes) if c in ("all", x)]
-                table[c] = {n: (pct([m[i] for i in sel], 0.5), pct([m[i] for i in sel], 0.95))
-                            for n, m in med.items()}
-            res[call] = table
-    wo.close()
-    wn.close()
+        a_old, a_new = json.loads(wo.ask("answers")), json.loads(wn.ask("answers"))
+        if a_old["queries"] != a_new["queries"]:
+            raise SystemExit("the two trees made different query sets")
+        if p == 0:  # the answers are deterministic: one pair checks them
+            res["diffs"] = diff_answers(a_old, a_new)
+        if not answers_only:
+            for call in per_pair:
+                per_pair[call].append(time_pair(wo, wn, call, rounds, repeat))
+        wo.close()
+        wn.close()
+        if answers_only:
+            break
+    res["queries"] = len(classes)
+    if not answers_only:
+        for call, runs in per_pair.items():
+            med = {n: [statistics.median(r[n][i] for r in runs) for i in range(len(classes))]
+                   for n in ("old", "new")}
+            res[call] = class_table(classes, med)
+            # each pair's own p50 ratio per class: how far one pair alone would stray
+            res[call + "_pair_ratios"] = {
+                c: [t[c]["new"][0] / t[c]["old"][0]
+                    for t in (class_table(classes, r) for r in runs)]
+                for c in res[call]}
     return res
 
 
@@ -216,11 +256,13 @@ def render(results: list[dict[str, Any]], argv: list[str]) -> str:
     lines = ["Reproduce: `flock /work/bench.lock python3 benchmarks/bench_sidebyside.py "
              + " ".join(argv) + "`. Old = main before the change, new = this tree; ms per "
              "query: per round, the median of --repeat timed calls after a warm one, each query on "
-             "old and new back to back; the median over the rounds, then p50/p95 per "
-             "class; ratio = new / old.", ""]
+             "old and new back to back; the median over the rounds in each of --pairs fresh "
+             "pairs of worker processes, the median over the pairs, then p50/p95 per "
+             "class; ratio = new / old; \"pairs\": the p50 ratio each pair alone gave.", ""]
     for r in results:
         bo, bn = r["build"] if r["build"][0] else (float("nan"), float("nan"))
-        lines.append(f"### {r['size']:,} packets ({r['queries']} queries)")
+        lines.append(f"### {r['size']:,} packets ({r['queries']} queries, "
+                     f"{r['pairs']} worker pair{'s' if r['pairs'] != 1 else ''})")
         lines.append("")
         lines.append(f"Answers (rank, search, store.recall): "
                      f"{'identical' if not r['diffs'] else str(len(r['diffs'])) + ' differ'}. "
@@ -230,12 +272,13 @@ def render(results: list[dict[str, Any]], argv: list[str]) -> str:
             if call not in r:
                 continue
             lines.append(f"| {title} class | old p50 | new p50 | ratio | old p95 | new p95 | "
-                         "ratio |")
-            lines.append("|---|---:|---:|---:|---:|---:|---:|")
+                         "ratio | pairs (p50 ratio) |")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|---|")
             for c, v in r[call].items():
                 (o5, o95), (n5, n95) = v["old"], v["new"]
+                each = " ".join(f"{x:.2f}" for x in r[call + "_pair_ratios"][c])
                 lines.append(f"| {c} | {o5:.3f} | {n5:.3f} | {n5 / o5:.2f} | {o95:.3f} | "
-                             f"{n95:.3f} | {n95 / o95:.2f} |")
+                             f"{n95:.3f} | {n95 / o95:.2f} | {each} |")
             lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -251,13 +294,15 @@ def main() -> None:
                     help="build-only processes per tree (median of their best-of-3 rates)")
     ap.add_argument("--repeat", type=int, default=5,
                     help="timed calls of a query per turn (their median; one warm call first)")
+    ap.add_argument("--pairs", type=int, default=3,
+                    help="fresh old/new worker pairs per size (the median over them)")
     ap.add_argument("--answers-only", action="store_true")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
         r = run_size(args.old, args.new, size, args.queries, args.rounds, args.answers_only,
-                     0 if args.answers_only else args.build_rounds, args.repeat)
+                     0 if args.answers_only else args.build_rounds, args.repeat, args.pairs)
         for d in r["diffs"]:
             print(d, file=sys.stderr)
         results.append(r)
