@@ -2,7 +2,7 @@
 
     python3 benchmarks/bench_sidebyside.py --old /path/to/old/tree [--sizes 50000,200000]
         [--queries 20] [--rounds 5] [--repeat 5] [--pairs 3] [--build-rounds 4]
-        [--answers-only] [--write-docs]
+        [--classes C1,C2] [--answers-only] [--write-docs]
 
 Build rate: ``--build-rounds`` build-only processes per tree, one at a time, the
 order alternating (each the best of 3 ``RecallIndex.build`` of the same packets;
@@ -169,10 +169,10 @@ def build_rate(tree: str, size: int, nq: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def time_pair(wo: Worker, wn: Worker, call: str, rounds: int, repeat: int
-              ) -> dict[str, list[float]]:
-    """Per query, the median over ``rounds`` of each worker's time (ms)."""
-    n = len(wo.hello["classes"])
+def time_pair(wo: Worker, wn: Worker, call: str, rounds: int, repeat: int,
+              which: list[int]) -> dict[str, list[float]]:
+    """Per query of ``which`` (indices), the median over ``rounds`` of each worker's
+    time (ms)."""
     # paired per query: each query runs on old and new back to back (the order
     # alternating), so drift over the run hits both alike
     samples: dict[str, list[list[float]]] = {"old": [], "new": []}
@@ -180,7 +180,7 @@ def time_pair(wo: Worker, wn: Worker, call: str, rounds: int, repeat: int
         wo.ask("gc")
         wn.ask("gc")
         lat: dict[str, list[float]] = {"old": [], "new": []}
-        for i in range(n):
+        for i in which:
             pair = [("old", wo), ("new", wn)] if (r + i) % 2 == 0 else [("new", wn), ("old", wo)]
             for name, w in pair:
                 lat[name].append(json.loads(w.ask(f"{call} {i} {repeat}")))
@@ -202,7 +202,7 @@ def class_table(classes: list[str], med: dict[str, list[float]]
 
 
 def run_size(old: str, new: str, size: int, nq: int, rounds: int, answers_only: bool,
-             build_rounds: int, repeat: int, pairs: int) -> dict[str, Any]:
+             build_rounds: int, repeat: int, pairs: int, only: set[str]) -> dict[str, Any]:
     # build rates first, each in a process of its own with nothing else alive, the
     # order alternating (a build next to the other tree's resident worker ran slower)
     rates: dict[str, list[float]] = {"old": [], "new": []}
@@ -225,7 +225,9 @@ def run_size(old: str, new: str, size: int, nq: int, rounds: int, answers_only: 
         else:
             wn = Worker(new, size, nq)
             wo = Worker(old, size, nq)
-        classes = wo.hello["classes"]
+        # the timed queries: every one, or those of the --classes asked for
+        classes = [c for c in wo.hello["classes"] if not only or c in only]
+        which = [i for i, c in enumerate(wo.hello["classes"]) if not only or c in only]
         a_old, a_new = json.loads(wo.ask("answers")), json.loads(wn.ask("answers"))
         if a_old["queries"] != a_new["queries"]:
             raise SystemExit("the two trees made different query sets")
@@ -233,7 +235,7 @@ def run_size(old: str, new: str, size: int, nq: int, rounds: int, answers_only: 
             res["diffs"] = diff_answers(a_old, a_new)
         if not answers_only:
             for call in per_pair:
-                per_pair[call].append(time_pair(wo, wn, call, rounds, repeat))
+                per_pair[call].append(time_pair(wo, wn, call, rounds, repeat, which))
         wo.close()
         wn.close()
         if answers_only:
@@ -296,13 +298,16 @@ def main() -> None:
                     help="timed calls of a query per turn (their median; one warm call first)")
     ap.add_argument("--pairs", type=int, default=3,
                     help="fresh old/new worker pairs per size (the median over them)")
+    ap.add_argument("--classes", default="",
+                    help="time only these query classes (comma-separated; answers: all)")
     ap.add_argument("--answers-only", action="store_true")
     ap.add_argument("--write-docs", action="store_true")
     args = ap.parse_args()
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
         r = run_size(args.old, args.new, size, args.queries, args.rounds, args.answers_only,
-                     0 if args.answers_only else args.build_rounds, args.repeat, args.pairs)
+                     0 if args.answers_only else args.build_rounds, args.repeat, args.pairs,
+                     {c for c in args.classes.split(",") if c})
         for d in r["diffs"]:
             print(d, file=sys.stderr)
         results.append(r)
