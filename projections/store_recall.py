@@ -19,11 +19,12 @@ from . import fingerprints as fingerprints_view
 from . import memory as memory_view
 from .cache import CacheState
 from .freshness import UNKNOWN_FRESHNESS, CheckBudget, check
+from .recall.query import RecallQuery
 
 if TYPE_CHECKING:
     from .budget import RecallAnswer
     from .calibration import Profile
-    from .recall import RecallHit, RecallQuery
+    from .recall import RecallHit
     from .recall_view import RecallState
     from .store import ContextStore
 
@@ -70,8 +71,6 @@ class Recalling:
         project root on disk; ``fresh_only`` drops ``stale`` hits (docs/recall.md,
         "Freshness"). :meth:`recall_answer` adds a token budget.
         """
-        from .recall.query import RecallQuery
-
         return self.recall_query(RecallQuery(
             query, limit, since, until, target, task_id, scope, tuple(packet_types),
             tuple(path_filters), tuple(symbol_filters), mode=mode, kinds=tuple(kinds),
@@ -121,7 +120,6 @@ class Recalling:
         with ``budget_tokens``, the ranked hits that fit in that many tokens and a report
         of the ones that did not (:mod:`projections.budget`, docs/recall.md "Budgets")."""
         from .budget import RecallAnswer, check_budget, fit
-        from .recall.query import RecallQuery
 
         if budget_tokens is not None:
             check_budget(budget_tokens)
