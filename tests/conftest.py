@@ -30,7 +30,7 @@ if "MUTANT_UNDER_TEST" in os.environ:
         return settings(own, suppress_health_check=[*own.suppress_health_check, *_SUPPRESS],
                         max_examples=min(own.max_examples, _EXAMPLES), **_MUTMUT)
 
-    def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
         for item in items:  # tests with their own settings: the same changes
             obj = getattr(item, "obj", None)
             fn = getattr(obj, "__func__", obj)
@@ -40,6 +40,17 @@ if "MUTANT_UNDER_TEST" in os.environ:
             cls = getattr(item, "cls", None)  # a state machine's TestCase
             if cls is not None and isinstance(getattr(cls, "settings", None), settings):
                 cls.settings = _capped(cls.settings)
+        # a mutant's run: only the tests that run a statement it changes (the map
+        # .ci/mutate collects first; tests/mutation_select.py says why that is sound)
+        mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+        if "__mutmut_" in mutant:
+            from mutation_select import narrow
+
+            here = Path(__file__).resolve().parent  # mutants/tests
+            keep = narrow(mutant, here.parent, here.parent.parent)
+            if keep is not None:
+                config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in keep])
+                items[:] = [i for i in items if i.nodeid in keep]
 
 if TYPE_CHECKING:
     from natscluster import NatsCluster

@@ -1,0 +1,238 @@
+"""Which tests can kill a mutant: the ones that run the line it changes (.ci/mutate).
+
+mutmut runs, per mutant, every test that called the mutated *function*; for the
+log's core functions that is nearly the whole selection (a minute and more), and
+each surviving mutant pays all of it. A test that never runs the changed line
+cannot tell the mutant from the original: under mutmut every test is
+deterministic (tests/conftest.py derandomizes hypothesis), so it takes the same
+path up to that line and never reaches it. So ``.ci/mutate`` first records, in
+one coverage run of the same test selection, which tests run each statement
+(``collect``); then, in each mutant's pytest run, the conftest keeps only the
+tests that run a statement the mutant changes (``narrow``).
+
+Where the answer is not sure the selection is left as mutmut made it: no map, a
+source file changed since the map was made, a change in a function's signature
+or decorators (evaluated when the module loads, not when a test runs), or a
+mutant whose lines cannot be found. A mutant whose statements no test runs gets
+no test at all: mutmut reports it as "no tests", which the figures count as
+not killed.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import json
+import os
+import shutil
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+MAP_DIR = "line-tests"
+MAP_VERSION = 1
+
+
+def _digest(path: Path) -> str:
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+
+
+# -- collect: one coverage run, statement -> tests ------------------------------------
+
+
+def collect(root: Path, out: Path, sources: list[str], pytest_args: list[str]) -> int:
+    """Run pytest over ``pytest_args`` in this process under coverage, one context per
+    test (its node id), and write one map per source file under ``out`` (its digest,
+    and per statement line the tests that ran it: a mutant's run reads only its own
+    file's map). Returns pytest's exit code."""
+    import coverage
+    import pytest
+
+    cov = coverage.Coverage(data_file=None, source=[str(root / s) for s in sources])
+    # tests sharing a fixture wider than a function (its setup runs under the first
+    # of them only): a line one of them runs counts for all of them
+    sharing: dict[tuple[str, str], set[str]] = {}
+
+    class Contexts:
+        """Each test's setup, call and teardown count under its node id."""
+
+        @pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up
+        def pytest_runtest_setup(self, item: pytest.Item) -> None:
+            cov.switch_context(item.nodeid)
+            info = getattr(item, "_fixtureinfo", None)
+            for name, defs in (info.name2fixturedefs.items() if info is not None else ()):
+                scope = defs[-1].scope if defs else "function"
+                if scope != "function":
+                    where = "" if scope == "session" else item.nodeid.split("::")[0]
+                    sharing.setdefault((name, where), set()).add(item.nodeid)
+
+    cov.start()
+    try:
+        code = int(pytest.main(pytest_args, plugins=[Contexts()]))
+    finally:
+        cov.stop()
+    shared: dict[str, set[str]] = {}
+    for users in sharing.values():
+        for u in users:
+            shared.setdefault(u, set()).update(users)
+    data = cov.get_data()
+    for measured in sorted(data.measured_files()):
+        rel = Path(measured).resolve().relative_to(root.resolve()).as_posix()
+        tests: dict[str, int] = {}
+        lines: dict[str, list[int]] = {}
+        for line, contexts in sorted(data.contexts_by_lineno(measured).items()):
+            ran = {c for c in contexts if c}
+            ran.update(*(shared.get(c, ()) for c in list(ran)))
+            ids = sorted({tests.setdefault(c, len(tests)) for c in ran})
+            if ids:
+                lines[str(line)] = ids
+        target = out / (rel + ".json")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps({"version": MAP_VERSION, "digest": _digest(Path(measured)),
+                                      "tests": sorted(tests, key=tests.__getitem__),
+                                      "lines": lines}))
+    return code
+
+
+# -- narrow: a mutant's statements -> the tests that run them --------------------------
+
+
+def mutant_file(mutant: str) -> tuple[str, str]:
+    """(source path, generated function name) of a mutmut mutant name, e.g.
+    ``eventstore.anchor.x_check_anchor__mutmut_1`` -> (``eventstore/anchor.py``,
+    ``x_check_anchor__mutmut_1``); a method is ``x\u01c1Class\u01c1name__mutmut_N``."""
+    module, _, func = mutant.rpartition(".")
+    if not module or not func.startswith(("x_", "x\u01c1")):
+        raise ValueError(f"not a mutant name: {mutant!r}")
+    return module.replace(".", "/") + ".py", func
+
+
+def _def_index(lines: list[str], name: str) -> int:
+    """Index of the ``def name(`` line among ``lines``."""
+    for i, text in enumerate(lines):
+        stripped = text.lstrip()
+        if stripped.startswith((f"def {name}(", f"async def {name}(")):
+            return i
+    raise ValueError(f"no def of {name}")
+
+
+def _original_function(tree: ast.Module, func: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """The function (or method) of the source that mutmut's generated name stands for."""
+    base = func.rpartition("__mutmut_")[0]
+    fn_types = (ast.FunctionDef, ast.AsyncFunctionDef)
+    if base.startswith("x\u01c1"):
+        _, cls_name, name = base.split("\u01c1", 2)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == cls_name:
+                for sub in node.body:
+                    if isinstance(sub, fn_types) and sub.name == name:
+                        return sub
+    else:
+        name = base[2:]
+        for node in tree.body:
+            if isinstance(node, fn_types) and node.name == name:
+                return node
+    raise ValueError(f"no function for {func}")
+
+
+def _statement_line(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> int | None:
+    """First line of the innermost statement of ``fn``'s body holding ``line`` (what
+    coverage records for a statement over several lines); None outside the body."""
+    best: ast.stmt | None = None
+    for node in ast.walk(fn):
+        if node is fn or not isinstance(node, ast.stmt):
+            continue
+        end = node.end_lineno if node.end_lineno is not None else node.lineno
+        if node.lineno <= line <= end and (best is None or node.lineno >= best.lineno):
+            best = node
+    return None if best is None else best.lineno
+
+
+@cache
+def _source(root: str, path: str) -> tuple[ast.Module, str]:
+    p = Path(root) / path
+    return ast.parse(p.read_text(), path), _digest(p)
+
+
+def changed_statements(mutants_dir: Path, root: Path, mutant: str) -> tuple[str, set[int]] | None:
+    """(source path, first lines of the statements ``mutant`` changes in the original
+    source), or None when that cannot be told for sure (see the module docstring)."""
+    path, func = mutant_file(mutant)
+    spans = json.loads((mutants_dir / (path + ".spans")).read_text())["spans"]
+    orig_name = func.rpartition("__mutmut_")[0] + "__mutmut_orig"
+    text = (mutants_dir / path).read_text().split("\n")
+    (o0, o1), (m0, m1) = spans[orig_name], spans[func]
+    orig, mut = text[o0 - 1 : o1], text[m0 - 1 : m1]
+    oi, mi = _def_index(orig, orig_name), _def_index(mut, func)
+    # the def lines differ by name only: compare what follows them
+    ops = difflib.SequenceMatcher(None, orig[oi + 1 :], mut[mi + 1 :], autojunk=False).get_opcodes()
+    changed: set[int] = set()
+    for tag, i1, i2, _j1, _j2 in ops:
+        if tag != "equal":
+            changed.update(range(i1, max(i2, i1 + 1)))
+    if not changed:
+        return None  # the change is on the def line itself (a default value)
+    tree, _digest_now = _source(str(root), path)
+    fn = _original_function(tree, func)
+    stmts: set[int] = set()
+    for i in changed:
+        stmt = _statement_line(fn, fn.lineno + 1 + i)
+        if stmt is None:
+            return None  # in the signature or decorators: evaluated at import
+        stmts.add(stmt)
+    return path, stmts
+
+
+def _load_map(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("version") == MAP_VERSION else None
+
+
+def narrow(mutant: str, mutants_dir: Path, root: Path) -> set[str] | None:
+    """The node ids of the tests that run a statement ``mutant`` changes, or None: keep
+    mutmut's own selection (no map, an unknown mutant, a changed source, ...)."""
+    try:
+        got = changed_statements(mutants_dir, root, mutant)
+    except (OSError, ValueError, KeyError, SyntaxError):
+        return None
+    if got is None:
+        return None
+    path, stmts = got
+    data = _load_map(mutants_dir / MAP_DIR / (path + ".json"))
+    if data is None or data["digest"] != _source(str(root), path)[1]:
+        return None  # not measured, or changed since the map was made
+    tests = data["tests"]
+    return {tests[i] for s in stmts for i in data["lines"].get(str(s), ())}
+
+
+def main(argv: list[str]) -> int:
+    """``python tests/mutation_select.py collect`` in the project root: the maps for the
+    tests and source paths ``[tool.mutmut]`` in pyproject.toml names, in mutants/line-tests."""
+    import tomllib
+
+    if argv != ["collect"]:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    root = Path.cwd()
+    cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["mutmut"]
+    out = root / "mutants" / MAP_DIR
+    tmp = out.with_name(MAP_DIR + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    # as under mutmut: the conftest caps and derandomizes hypothesis when this is set
+    os.environ["MUTANT_UNDER_TEST"] = "collect"
+    args = ["-q", "-p", "no:randomly", "-p", "no:random-order", *cfg["pytest_add_cli_args"]]
+    code = collect(root, tmp, list(cfg["source_paths"]), args)
+    if code == 0:  # only whole maps count: a run that failed leaves none
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,177 @@
+"""The mutation run's test selection (tests/mutation_select.py): a mutant's changed
+lines map to the right statements of the original source, and only to tests sure
+to run them; anything unsure keeps mutmut's own selection (None)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mutation_select import MAP_DIR, MAP_VERSION, _digest, changed_statements, mutant_file, narrow
+
+SOURCE = '''\
+import os
+
+
+def f(a, b=1):
+    """Doc."""
+    x = a + b
+    if (x > 2
+            and a):
+        return "big " + str(
+            x)
+    return os.fspath(str(x))
+
+
+class C:
+    def m(self, y):
+        z = [y,
+             y + 1]
+        return z
+'''
+
+# mutmut's layout: a copy named ..__mutmut_orig, then each mutant, spans 1-based
+F_ORIG = SOURCE.split("\n")[3:11]
+M_ORIG = SOURCE.split("\n")[14:18]
+
+
+def _variant(lines: list[str], name: str, new: str, old: str, change: tuple[str, str] | None
+             ) -> list[str]:
+    out = [line.replace(f"def {old}(", f"def {new}(") for line in lines]
+    if change is not None:
+        out = [line.replace(*change) for line in out]
+    return out
+
+
+def _fake(tmp_path: Path, f_changes: list[tuple[str, str]], m_changes: list[tuple[str, str]]
+          ) -> tuple[Path, Path]:
+    root = tmp_path / "root"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "mod.py").write_text(SOURCE)
+    mutants = root / "mutants"
+    (mutants / "pkg").mkdir(parents=True)
+    text: list[str] = ["import os", ""]
+    spans: dict[str, list[int]] = {}
+
+    def add(name: str, lines: list[str]) -> None:
+        text.append("")
+        start = len(text) + 1
+        text.extend(lines)
+        spans[name] = [start, len(text)]
+
+    add("x_f__mutmut_orig", _variant(F_ORIG, "", "x_f__mutmut_orig", "f", None))
+    for n, ch in enumerate(f_changes, 1):
+        add(f"x_f__mutmut_{n}", _variant(F_ORIG, "", f"x_f__mutmut_{n}", "f", ch))
+    sep = "\u01c1"
+    add(f"x{sep}C{sep}m__mutmut_orig", _variant(M_ORIG, "", f"x{sep}C{sep}m__mutmut_orig", "m",
+                                               None))
+    for n, ch in enumerate(m_changes, 1):
+        add(f"x{sep}C{sep}m__mutmut_{n}", _variant(M_ORIG, "", f"x{sep}C{sep}m__mutmut_{n}", "m",
+                                                  ch))
+    (mutants / "pkg" / "mod.py").write_text("\n".join(text) + "\n")
+    (mutants / "pkg" / "mod.py.spans").write_text(json.dumps({"version": 1, "spans": spans}))
+    return root, mutants
+
+
+F_CHANGES = [
+    ("a + b", "a - b"),            # 1: line 6, a one-line statement
+    ("and a):", "or a):"),         # 2: line 8, the if's header: the if statement (line 7)
+    ("            x)", "            x + 1)"),  # 3: line 10, inside a return on lines 9-10
+    ("b=1", "b=2"),                # 4: the signature: evaluated at import, no narrowing
+    ("os.fspath(str(x))", "None"),  # 5: line 11
+]
+M_CHANGES = [("y + 1]", "y - 1]")]  # line 17, inside an assignment on lines 16-17
+
+
+def test_a_mutant_name_names_its_file_and_function() -> None:
+    assert mutant_file("eventstore.anchor.x_check_anchor__mutmut_1") == (
+        "eventstore/anchor.py", "x_check_anchor__mutmut_1")
+    sep = "\u01c1"
+    assert mutant_file(f"projections.recall.match.x{sep}A{sep}b__mutmut_7") == (
+        "projections/recall/match.py", f"x{sep}A{sep}b__mutmut_7")
+    with pytest.raises(ValueError):
+        mutant_file("eventstore.anchor.check_anchor")
+
+
+def test_changed_lines_map_to_the_statements_coverage_records(tmp_path: Path) -> None:
+    root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
+    got = {n: changed_statements(mutants, root, f"pkg.mod.x_f__mutmut_{n}")
+           for n in range(1, 6)}
+    assert got == {1: ("pkg/mod.py", {6}), 2: ("pkg/mod.py", {7}), 3: ("pkg/mod.py", {9}),
+                   4: None, 5: ("pkg/mod.py", {11})}
+    sep = "\u01c1"
+    assert changed_statements(mutants, root, f"pkg.mod.x{sep}C{sep}m__mutmut_1") == (
+        "pkg/mod.py", {16})
+
+
+def _write_map(root: Path, mutants: Path, lines: dict[int, list[str]], digest: str | None = None
+               ) -> None:
+    tests = sorted({t for ts in lines.values() for t in ts})
+    out = mutants / MAP_DIR / "pkg" / "mod.py.json"
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps({
+        "version": MAP_VERSION,
+        "digest": digest if digest is not None else _digest(root / "pkg" / "mod.py"),
+        "tests": tests,
+        "lines": {str(k): [tests.index(t) for t in v] for k, v in lines.items()}}))
+
+
+def test_narrow_keeps_the_tests_that_run_the_changed_statement(tmp_path: Path) -> None:
+    root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
+    assert narrow("pkg.mod.x_f__mutmut_1", mutants, root) is None  # no map yet
+    _write_map(root, mutants, {6: ["t::a", "t::b"], 7: ["t::b"], 11: ["t::a"]})
+    assert narrow("pkg.mod.x_f__mutmut_1", mutants, root) == {"t::a", "t::b"}
+    assert narrow("pkg.mod.x_f__mutmut_2", mutants, root) == {"t::b"}
+    assert narrow("pkg.mod.x_f__mutmut_3", mutants, root) == set()  # line 9: no test runs it
+    assert narrow("pkg.mod.x_f__mutmut_4", mutants, root) is None  # the signature
+    assert narrow("pkg.mod.x_f__mutmut_5", mutants, root) == {"t::a"}
+    assert narrow("pkg.mod.x_f__mutmut_99", mutants, root) is None  # unknown mutant
+    assert narrow("other.mod.x_f__mutmut_1", mutants, root) is None  # unknown file
+
+
+def test_a_source_changed_since_the_map_keeps_mutmuts_selection(tmp_path: Path) -> None:
+    root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
+    _write_map(root, mutants, {6: ["t::a"]}, digest="0" * 32)
+    assert narrow("pkg.mod.x_f__mutmut_1", mutants, root) is None
+
+
+def test_collect_maps_each_statement_to_the_tests_that_run_it(tmp_path: Path) -> None:
+    """A real coverage run over a small project: per statement, exactly the tests
+    that ran it, a module-scoped fixture's lines shared by every test using it."""
+    import subprocess
+    import sys
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "mod.py").write_text(
+        "def one():\n    return 1\n\n\ndef two():\n    return 2\n\n\n"
+        "def built():\n    return [3]\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text(
+        "import pytest\nfrom pkg.mod import built, one, two\n\n\n"
+        "@pytest.fixture(scope='module')\ndef shared():\n    return built()\n\n\n"
+        "def test_one():\n    assert one() == 1\n\n\n"
+        "def test_two():\n    assert two() == 2\n\n\n"
+        "def test_shared_first(shared):\n    assert shared == [3]\n\n\n"
+        "def test_shared_second(shared):\n    assert shared\n\n\n"
+        "def test_skipped():\n    pass\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.mutmut]\nsource_paths = ["pkg"]\n'
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "--deselect=tests/test_a.py::test_skipped"]\n'
+        '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    script = Path(__file__).with_name("mutation_select.py")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "MUTANT_UNDER_TEST"}
+    env["PYTHONPATH"] = str(tmp_path)
+    done = subprocess.run([sys.executable, str(script), "collect"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "mutants" / MAP_DIR / "pkg" / "mod.py.json").read_text())
+    assert data["version"] == MAP_VERSION
+    assert data["digest"] == _digest(tmp_path / "pkg" / "mod.py")
+    ran = {int(line): {data["tests"][i].split("::")[1] for i in ids}
+           for line, ids in data["lines"].items()}
+    # the def lines run at import (collection: no test), the bodies under their tests
+    assert ran == {2: {"test_one"}, 6: {"test_two"},
+                   10: {"test_shared_first", "test_shared_second"}}
+    assert not (tmp_path / "mutants" / (MAP_DIR + ".tmp")).exists()
