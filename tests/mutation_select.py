@@ -219,6 +219,7 @@ def main(argv: list[str]) -> int:
         print(main.__doc__, file=sys.stderr)
         return 2
     root = Path.cwd()
+    sys.path.insert(0, str(root))  # as ``python -m pytest`` has it (tests import tests.x)
     cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["mutmut"]
     out = root / "mutants" / MAP_DIR
     tmp = out.with_name(MAP_DIR + ".tmp")
