@@ -105,8 +105,10 @@ class QueryState:
 
 def resolve(ix: RecallIndex, tok: str, q: QueryState, N: int) -> Term | None:
     """Live postings, idf and score upper bound of one query token (None: absent)."""
-    t = Term(tok)
     tid = ix._terms.find(enc(tok))
+    if tid < 0 and not (ix._dpost and tok in ix._dpost):
+        return None  # in no doc (the common miss: no Term is made)
+    t = Term(tok)
     i0 = q.i0
     n_live = 0
     post = ix._post
