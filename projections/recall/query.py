@@ -192,9 +192,9 @@ def quick_query(text: str, options: dict[str, Any]) -> RecallQuery:
 
 
 _UNKNOWN = object()
+_CONVERTERS: dict[str, Any] = {a.name: a.converter for a in attrs.fields(RecallQuery) if a.init}
 _DEFAULTS: dict[str, Any] = {
-    a.name: a.converter(a.default) if a.converter else a.default  # type: ignore[misc]
+    a.name: _CONVERTERS[a.name](a.default) if _CONVERTERS[a.name] else a.default
     for a in attrs.fields(RecallQuery) if a.init}
-_OPTIONS: dict[str, Any] = {a.name: a.converter for a in attrs.fields(RecallQuery)
-                            if a.init and a.name != "text"}
+_OPTIONS: dict[str, Any] = {k: conv for k, conv in _CONVERTERS.items() if k != "text"}
 """The keyword options :func:`quick_query` takes (``text`` is positional): their converters."""
