@@ -113,7 +113,7 @@ def test_a_pid_that_cannot_be_written_releases_the_lock(
     def fail(*args: Any) -> int:
         raise error
 
-    monkeypatch.setattr(lock_mod.os, "pwrite", fail)
+    monkeypatch.setattr(os, "pwrite", fail)  # the os module eventstore.lock calls
     with pytest.raises(LedgerIOError) as e:
         a.acquire()
     assert str(e.value) == f"cannot write lock file {tmp_path / 'LOCK'}: {shown}"
