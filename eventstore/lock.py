@@ -81,6 +81,8 @@ class WriterLock:
         try:
             return os.pread(self._fd, PID_FIELD + GEN_FIELD, 0)
         except OSError:
+            # no pid, generation 0; any other short bytes without a pid read the same
+            # (equivalent mutants)
             return b""
 
     def set_generation(self, base: int) -> None:
@@ -99,4 +101,4 @@ class WriterLock:
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
-            self._fd = -1
+            self._fd = -1  # any negative reads as closed (-2: an equivalent mutant)
