@@ -36,7 +36,7 @@ F_ORIG = SOURCE.split("\n")[3:11]
 M_ORIG = SOURCE.split("\n")[14:18]
 
 
-def _variant(lines: list[str], name: str, new: str, old: str, change: tuple[str, str] | None
+def _variant(lines: list[str], new: str, old: str, change: tuple[str, str] | None
              ) -> list[str]:
     out = [line.replace(f"def {old}(", f"def {new}(") for line in lines]
     if change is not None:
@@ -60,14 +60,14 @@ def _fake(tmp_path: Path, f_changes: list[tuple[str, str]], m_changes: list[tupl
         text.extend(lines)
         spans[name] = [start, len(text)]
 
-    add("x_f__mutmut_orig", _variant(F_ORIG, "", "x_f__mutmut_orig", "f", None))
+    add("x_f__mutmut_orig", _variant(F_ORIG, "x_f__mutmut_orig", "f", None))
     for n, ch in enumerate(f_changes, 1):
-        add(f"x_f__mutmut_{n}", _variant(F_ORIG, "", f"x_f__mutmut_{n}", "f", ch))
+        add(f"x_f__mutmut_{n}", _variant(F_ORIG, f"x_f__mutmut_{n}", "f", ch))
     sep = "\u01c1"
-    add(f"x{sep}C{sep}m__mutmut_orig", _variant(M_ORIG, "", f"x{sep}C{sep}m__mutmut_orig", "m",
+    add(f"x{sep}C{sep}m__mutmut_orig", _variant(M_ORIG, f"x{sep}C{sep}m__mutmut_orig", "m",
                                                None))
     for n, ch in enumerate(m_changes, 1):
-        add(f"x{sep}C{sep}m__mutmut_{n}", _variant(M_ORIG, "", f"x{sep}C{sep}m__mutmut_{n}", "m",
+        add(f"x{sep}C{sep}m__mutmut_{n}", _variant(M_ORIG, f"x{sep}C{sep}m__mutmut_{n}", "m",
                                                   ch))
     (mutants / "pkg" / "mod.py").write_text("\n".join(text) + "\n")
     (mutants / "pkg" / "mod.py.spans").write_text(json.dumps({"version": 1, "spans": spans}))
@@ -158,7 +158,8 @@ def test_collect_maps_each_statement_to_the_tests_that_run_it(tmp_path: Path) ->
         "def test_skipped():\n    pass\n")
     (tmp_path / "pyproject.toml").write_text(
         '[tool.mutmut]\nsource_paths = ["pkg"]\n'
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "--deselect=tests/test_a.py::test_skipped"]\n'
+        'pytest_add_cli_args = ["-p", "no:cacheprovider",'
+        ' "--deselect=tests/test_a.py::test_skipped"]\n'
         '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
     script = Path(__file__).with_name("mutation_select.py")
     env = {k: v for k, v in __import__("os").environ.items() if k != "MUTANT_UNDER_TEST"}
