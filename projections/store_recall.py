@@ -31,21 +31,6 @@ if TYPE_CHECKING:
 RECALL_NAME = "recall"
 
 
-_memory_rank: Any = None
-"""projections.memory_rank once :func:`_import_ranking` ran (it loads numpy)."""
-
-
-def _import_ranking() -> Any:
-    """Import memory ranking and the recall view (numpy and the engine) at the first
-    recall, not with the store: a store that never recalls never loads them. Kept in a
-    global after that, as an import statement in the call costs a lookup per call."""
-    global _memory_rank
-    from . import memory_rank, recall_view  # noqa: F401
-
-    _memory_rank = memory_rank
-    return memory_rank
-
-
 class Recalling:
     """``recall``, ``recall_answer`` and their helpers, for :class:`ContextStore`."""
 
@@ -101,7 +86,7 @@ class Recalling:
             # a cold process: the views' checkpoints are checksummed on another core
             # while this thread imports numpy and the recall index
             self.runner.prefetch([cache.NAME, RECALL_NAME, memory_view.NAME])
-        memory_rank = _memory_rank or _import_ranking()
+        from . import memory_rank, recall_view  # noqa: F401
         fresh = self.files_root is not None
         states = self._state_as_of(as_of, [cache.NAME, RECALL_NAME, memory_view.NAME] + (
             [fingerprints_view.NAME] if fresh else []))
