@@ -1,0 +1,149 @@
+"""A writer that finds a torn new segment (a power cut while it was being created) moves
+it to quarantine/ before its next append (``SegmentWriter.set_aside_torn_segment``).
+Each I/O failure on that way is one ``LedgerIOError`` that names the file and gives the
+system's words, and leaves the log as it was: the next append, once the fault is gone,
+sets the segment aside and goes on. (Mutation testing found no test of these errors.)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import eventstore.writer as writer_mod
+from eventstore import Event, Ledger, LedgerIOError
+from eventstore.frame import SEGMENT_HEADER_SIZE
+
+
+def ev(i: int) -> Event:
+    return Event("torn.test", None, {"i": i})
+
+
+def torn_log(tmp_path: Path) -> tuple[Path, Path, int]:
+    """A log of two events and, after it, a torn new segment (a zero header, no frame)."""
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        head = led.append([ev(0), ev(1)]).last_seq
+    torn = log / f"{head + 1:020d}.seg"
+    torn.write_bytes(bytes(SEGMENT_HEADER_SIZE))
+    return log, torn, head
+
+
+def files(log: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(log)): p.read_bytes() for p in sorted(log.rglob("*"))
+            if p.is_file() and p.name != "LOCK"}
+
+
+def recovers(log: Path, torn: Path, head: int) -> None:
+    """With the fault gone, the next append sets the torn segment aside and goes on."""
+    with Ledger.open(log) as led:
+        assert led.append([ev(2)]).first_seq == head + 1
+        assert [e.data["i"] for e in led.read()] == [0, 1, 2]
+        assert led.verify().ok
+    assert (log / "quarantine" / f"{torn.name}.header.torn").read_bytes() == bytes(
+        SEGMENT_HEADER_SIZE)
+
+
+def fail_on(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, target: Path,
+            error: OSError, arg: int = 0) -> list[int]:
+    """Make ``module.name`` raise ``error`` when its argument ``arg`` is (or is the
+    descriptor of) ``target``; the list counts the failures."""
+    real = getattr(module, name)
+    failed: list[int] = []
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        a = args[arg]
+        if isinstance(a, int):
+            try:
+                a = os.readlink(f"/proc/self/fd/{a}")
+            except OSError:
+                a = ""
+        if Path(a) == target:
+            failed.append(1)
+            raise error
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, patched)
+    return failed
+
+
+def test_a_torn_segment_that_cannot_be_opened(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    log, torn, head = torn_log(tmp_path)
+    before = files(log)
+    with Ledger.open(log) as led:
+        assert led.head == head  # found torn and passed over while opening
+        failed = fail_on(monkeypatch, writer_mod.os, "open", torn,
+                         PermissionError(errno.EACCES, "Permission denied"))
+        with pytest.raises(LedgerIOError) as info:
+            led.append([ev(2)])
+        monkeypatch.undo()
+    assert failed and str(info.value) == f"cannot open {torn}: Permission denied"
+    assert files(log) == before
+    recovers(log, torn, head)
+
+
+def test_a_torn_segment_that_cannot_be_read(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    log, torn, head = torn_log(tmp_path)
+    before = files(log)
+    with Ledger.open(log) as led:
+        failed = fail_on(monkeypatch, writer_mod, "pread_all", torn,
+                         OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(LedgerIOError) as info:
+            led.append([ev(2)])
+        monkeypatch.undo()
+    assert failed and str(info.value) == f"cannot read {torn}: Input/output error"
+    assert files(log) == before
+    recovers(log, torn, head)
+
+
+def test_a_torn_segment_that_cannot_be_moved(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    log, torn, head = torn_log(tmp_path)
+    before = files(log)
+    with Ledger.open(log) as led:
+        failed = fail_on(monkeypatch, writer_mod, "quarantine_file", torn,
+                         OSError(errno.EROFS, "Read-only file system"), arg=1)
+        with pytest.raises(LedgerIOError) as info:
+            led.append([ev(2)])
+        monkeypatch.undo()
+    assert failed and str(info.value) == (
+        f"cannot move the torn segment {torn.name} to quarantine/: Read-only file system")
+    assert files(log) == before
+    recovers(log, torn, head)
+
+
+def test_a_failed_move_without_the_systems_words_names_the_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log, torn, _head = torn_log(tmp_path)
+    with Ledger.open(log) as led:
+        fail_on(monkeypatch, writer_mod, "quarantine_file", torn,
+                OSError("no room in quarantine/"), arg=1)
+        with pytest.raises(LedgerIOError) as info:
+            led.append([ev(2)])
+    assert str(info.value) == (
+        f"cannot move the torn segment {torn.name} to quarantine/: no room in quarantine/")
+
+
+def test_a_zero_header_whose_rest_cannot_be_read(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zero header makes the writer read the whole file (a frame after it would make the
+    segment real); that read's failure names the segment too."""
+    import eventstore.segments as segments_mod
+
+    log, torn, head = torn_log(tmp_path)
+    before = files(log)
+    with Ledger.open(log) as led:
+        failed = fail_on(monkeypatch, segments_mod, "pread_all", torn,
+                         OSError(errno.EIO, "Input/output error"))
+        with pytest.raises(LedgerIOError) as info:
+            led.append([ev(2)])
+        monkeypatch.undo()
+    assert failed and str(info.value) == f"cannot read {torn}: Input/output error"
+    assert files(log) == before
+    recovers(log, torn, head)
