@@ -77,7 +77,7 @@ def test_a_torn_segment_that_cannot_be_opened(tmp_path: Path,
     before = files(log)
     with Ledger.open(log) as led:
         assert led.head == head  # found torn and passed over while opening
-        failed = fail_on(monkeypatch, writer_mod.os, "open", torn,
+        failed = fail_on(monkeypatch, os, "open", torn,
                          PermissionError(errno.EACCES, "Permission denied"))
         with pytest.raises(LedgerIOError) as info:
             led.append([ev(2)])
