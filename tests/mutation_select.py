@@ -51,40 +51,68 @@ def collect(root: Path, out: Path, sources: list[str], pytest_args: list[str]) -
     import pytest
 
     cov = coverage.Coverage(data_file=None, source=[str(root / s) for s in sources])
-    # tests sharing a fixture wider than a function (its setup runs under the first
-    # of them only): a line one of them runs counts for all of them
-    sharing: dict[tuple[str, str], set[str]] = {}
+    # A fixture wider than a function is set up under the first test that needs it and
+    # torn down under the last: what its setup and teardown run counts under a context
+    # of its own, then for every test that uses it (a narrowed run of any one of them
+    # sets it up again). Only those lines are shared: a session fixture that runs no
+    # project code (tmp_path_factory, which every test's home needs) shares nothing.
+    users: dict[str, set[str]] = {}  # fixture context -> the tests using the fixture
+    current = [""]  # the test being run, then the fixture contexts open inside it
+
+    def fixture_context(fixturedef: Any, nodeid: str) -> str | None:
+        if fixturedef.scope == "function":
+            return None
+        # a package or session fixture: one instance for every test using it
+        where = nodeid.split("::")[0] if fixturedef.scope in ("module", "class") else ""
+        return f"fixture {fixturedef.argname} {where}"
 
     class Contexts:
-        """Each test's setup, call and teardown count under its node id."""
+        """Each test's setup, call and teardown count under its node id; a wider
+        fixture's setup and teardown under its own context."""
 
         @pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up
         def pytest_runtest_setup(self, item: pytest.Item) -> None:
+            current[:] = [item.nodeid]
             cov.switch_context(item.nodeid)
             info = getattr(item, "_fixtureinfo", None)
-            for name, defs in (info.name2fixturedefs.items() if info is not None else ()):
-                scope = defs[-1].scope if defs else "function"
-                if scope != "function":
-                    where = "" if scope == "session" else item.nodeid.split("::")[0]
-                    sharing.setdefault((name, where), set()).add(item.nodeid)
+            for defs in (info.name2fixturedefs.values() if info is not None else ()):
+                ctx = fixture_context(defs[-1], item.nodeid) if defs else None
+                if ctx is not None:
+                    users.setdefault(ctx, set()).add(item.nodeid)
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Any:
+            ctx = fixture_context(fixturedef, current[0])
+            if ctx is None:
+                return (yield)
+            current.append(ctx)
+            cov.switch_context(ctx)
+            try:
+                return (yield)
+            finally:
+                current.pop()
+                cov.switch_context(current[-1])
+                # finalizers run last-added first: this one before the fixture's own
+                # teardown, pytest_fixture_post_finalizer (below) after all of them
+                fixturedef.addfinalizer(lambda: cov.switch_context(ctx))
+
+        def pytest_fixture_post_finalizer(self, fixturedef: Any, request: Any) -> None:
+            if fixture_context(fixturedef, current[0]) is not None:
+                cov.switch_context(current[-1])
 
     cov.start()
     try:
         code = int(pytest.main(pytest_args, plugins=[Contexts()]))
     finally:
         cov.stop()
-    shared: dict[str, set[str]] = {}
-    for users in sharing.values():
-        for u in users:
-            shared.setdefault(u, set()).update(users)
     data = cov.get_data()
     for measured in sorted(data.measured_files()):
         rel = Path(measured).resolve().relative_to(root.resolve()).as_posix()
         tests: dict[str, int] = {}
         lines: dict[str, list[int]] = {}
         for line, contexts in sorted(data.contexts_by_lineno(measured).items()):
-            ran = {c for c in contexts if c}
-            ran.update(*(shared.get(c, ()) for c in list(ran)))
+            ran = {c for c in contexts if c and c not in users}
+            ran.update(*(users[c] for c in contexts if c in users))
             ids = sorted({tests.setdefault(c, len(tests)) for c in ran})
             if ids:
                 lines[str(line)] = ids

@@ -138,7 +138,9 @@ def test_a_source_changed_since_the_map_keeps_mutmuts_selection(tmp_path: Path) 
 
 def test_collect_maps_each_statement_to_the_tests_that_run_it(tmp_path: Path) -> None:
     """A real coverage run over a small project: per statement, exactly the tests
-    that ran it, a module-scoped fixture's lines shared by every test using it."""
+    that ran it; what a wider fixture's setup and teardown run, shared by every test
+    using it, and nothing else shared (an autouse fixture on a session fixture, as
+    every test's home is here, once made every line count for every test)."""
     import subprocess
     import sys
 
@@ -146,16 +148,25 @@ def test_collect_maps_each_statement_to_the_tests_that_run_it(tmp_path: Path) ->
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "mod.py").write_text(
         "def one():\n    return 1\n\n\ndef two():\n    return 2\n\n\n"
-        "def built():\n    return [3]\n")
+        "def built():\n    return [3]\n\n\ndef cleanup():\n    return None\n\n\n"
+        "def session_setup():\n    return 5\n")
     (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text(
+        "import pytest\nfrom pkg.mod import session_setup\n\n\n"
+        "@pytest.fixture(autouse=True)\ndef home(tmp_path_factory):\n"
+        "    return tmp_path_factory.mktemp('home')\n\n\n"
+        "@pytest.fixture(scope='session')\ndef everywhere():\n"
+        "    return session_setup()\n")
     (tmp_path / "tests" / "test_a.py").write_text(
-        "import pytest\nfrom pkg.mod import built, one, two\n\n\n"
-        "@pytest.fixture(scope='module')\ndef shared():\n    return built()\n\n\n"
+        "import pytest\nfrom pkg.mod import built, cleanup, one, two\n\n\n"
+        "@pytest.fixture(scope='module')\ndef shared():\n    yield built()\n    cleanup()\n\n\n"
         "def test_one():\n    assert one() == 1\n\n\n"
-        "def test_two():\n    assert two() == 2\n\n\n"
+        "def test_two(everywhere):\n    assert two() == 2\n\n\n"
         "def test_shared_first(shared):\n    assert shared == [3]\n\n\n"
         "def test_shared_second(shared):\n    assert shared\n\n\n"
         "def test_skipped():\n    pass\n")
+    (tmp_path / "tests" / "test_b.py").write_text(
+        "def test_three(everywhere):\n    assert everywhere == 5\n")
     (tmp_path / "pyproject.toml").write_text(
         '[tool.mutmut]\nsource_paths = ["pkg"]\n'
         'pytest_add_cli_args = ["-p", "no:cacheprovider",'
@@ -174,5 +185,7 @@ def test_collect_maps_each_statement_to_the_tests_that_run_it(tmp_path: Path) ->
            for line, ids in data["lines"].items()}
     # the def lines run at import (collection: no test), the bodies under their tests
     assert ran == {2: {"test_one"}, 6: {"test_two"},
-                   10: {"test_shared_first", "test_shared_second"}}
+                   10: {"test_shared_first", "test_shared_second"},
+                   14: {"test_shared_first", "test_shared_second"},
+                   18: {"test_two", "test_three"}}
     assert not (tmp_path / "mutants" / (MAP_DIR + ".tmp")).exists()
