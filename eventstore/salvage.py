@@ -88,7 +88,6 @@ def scan(
     expect = start_seq
     for k, (path, data) in enumerate(segments):
         last_seg = k == len(segments) - 1
-        bad = False
         try:  # a damaged or misplaced header: the segment is rewritten, its frames kept
             hdr = decode_segment_header(data)
             bad = hdr.base_seq != expect or (prev is not None and hdr.prev_digest != prev)
@@ -106,6 +105,8 @@ def scan(
                     else:
                         bad = True
                     break
+                # (bad = False here, and in the gap below, are equivalent mutants: the
+                # next frame's digest cannot be checked with prev None, which sets bad)
                 bad, prev, pos = True, None, nxt
                 continue
             first, count, digest = info.first_seq, info.count, info.digest
@@ -123,14 +124,14 @@ def scan(
                 try:
                     _at, _bid, rows = decode_payload(data[p0:p1])
                     ok = check_rows(rows, count) is None
-                except ValueError:
-                    ok = False
-            if ok:
-                try:
+                except ValueError:  # (ok = True or None: equivalent mutants; raw_batch
+                    ok = False  # decodes the same payload again and fails the same way)
+            if ok:  # (path and pos name the frame only in raw_batch's error, which is
+                try:  # caught here: None for either is an equivalent mutant)
                     out.batches.append(raw_batch(path, pos, memoryview(data)[p0:p1], first,
                                                  count))
                 except Exception:
-                    ok = False
+                    ok = False  # (None: an equivalent mutant, as false as False)
             if not ok:
                 out.lose(first, last)
                 bad = True
