@@ -154,8 +154,8 @@ class FrameChain:
             info = read_frame_header(frame, 0)
             if info.first_seq != first:
                 raise FrameError(0, f"frame starts at seq {info.first_seq}, expected {first}")
-        except FrameError as e:
-            raise CorruptLogError(self.name, where + e.offset, e.reason) from None
+        except FrameError as e:  # about the frame at 0: its offset is the frame's own
+            raise CorruptLogError(self.name, where, e.reason) from None
         payload = payload_of(frame, info)
         head = payload_head_fast(payload)
         span = row_bounds(payload, seq - info.first_seq)
