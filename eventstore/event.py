@@ -139,7 +139,9 @@ def check_depth(value: Any, level: int) -> None:
 
 
 def _check(event: object) -> bool:
-    """Validate one event (see :func:`check_event`); True if its data is not plain."""
+    """Validate one event: its kind, its key, that data is a mapping nesting at most
+    :data:`MAX_DATA_DEPTH` levels (whether data encodes, and decodes back, is
+    :func:`check_batch`'s part). True if its data is not plain."""
     if type(event) is not Event and not isinstance(event, Event):
         raise InvalidEventError(f"expected an Event, got {type(event).__name__}")
     kind = event.kind
@@ -174,18 +176,6 @@ def _check(event: object) -> bool:
         )
     _walk_other(data, 1)
     return True
-
-
-def check_event(event: object) -> Event:
-    """Reject anything that is not a writable event, before a byte is written.
-
-    Checks the kind, the key, that data is a mapping and that it nests at most
-    :data:`MAX_DATA_DEPTH` levels. Whether data is CBOR-encodable (and decodes
-    back) is checked by the writer on the encoded batch (:func:`check_batch`).
-    """
-    _check(event)
-    assert isinstance(event, Event)
-    return event
 
 
 def check_batch(events: Iterable[object]) -> tuple[list[list[Any]], bool]:

@@ -663,12 +663,8 @@ class Ledger:
 
 
 def _is_marker(row: bytes) -> bool:
-    """Is ``row`` (an event's stored CBOR) a generation marker (``ledger.compacted``/
-    ``ledger.salvaged``)?"""
-    if b"ledger." not in row[:24]:
-        return False
-    try:
-        obj = cbor2.loads(row)
-    except Exception:
-        return False
-    return type(obj) is list and bool(obj) and obj[0] in MARKERS
+    """Is ``row`` (a checked event's stored CBOR ``[kind, key, data]``) a generation
+    marker (``ledger.compacted``/``ledger.salvaged``)? A kind shorter than 24 characters
+    starts at byte 2 (after the array's and the text's one-byte heads), so the bytes
+    there tell most rows apart without decoding them."""
+    return row[2:9] == b"ledger." and cbor2.loads(row)[0] in MARKERS

@@ -163,8 +163,7 @@ def data_end(fd: int, size: int) -> int:
 def segment_content(path: Path) -> bytes:
     """A segment's bytes without the zeros preallocated past its last frame."""
     data = read_bytes(path)
-    end = content_end(data, SEGMENT_HEADER_SIZE)
-    return data if end == len(data) else data[:end]
+    return data[: content_end(data, SEGMENT_HEADER_SIZE)]  # (bytes: no copy when whole)
 
 
 def open_segment(path: Path) -> int:
