@@ -83,7 +83,7 @@ def _no_surrogates(value: Any) -> None:
             stack.extend(v)
         elif isinstance(v, str) and not v.isascii():
             try:
-                v.encode("utf-8")
+                v.encode("utf-8")  # ("UTF-8": an equivalent mutant, codec names ignore case)
             except UnicodeEncodeError as e:
                 raise JSONTextError(
                     f"string holds a lone surrogate (\\u{ord(v[e.start]):04x}), not text"

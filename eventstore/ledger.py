@@ -408,6 +408,8 @@ class Ledger:
             return got
 
         anchors = read_anchors(self.log_dir, base) if base > 1 and start == base else None
+        # (export_log stops past to_seq itself: without the bound here, an equivalent mutant
+        # reads more)
         return export_log(self.read_raw_batches(start, to_seq), prev_of, from_seq=from_seq,
                           to_seq=to_seq, kind=kind, anchors=anchors)
 

@@ -117,6 +117,8 @@ class MemoryLog:
         self, from_seq: int = 1, to_seq: int | None = None, kind: str | None = None
     ) -> Iterator[str]:
         """The log as JSON Lines (``export.py``), as the file log exports the same batches."""
+        # (export_log stops past to_seq itself: reading without the bound reads more, an
+        # equivalent mutant; here and in Ledger.export_lines)
         return export_log(self.read_raw_batches(from_seq, to_seq), self._prev_digest,
                           from_seq=from_seq, to_seq=to_seq, kind=kind)
 

@@ -394,6 +394,23 @@ class LedgerContract:
             for seq in (0, -1, 4, 10**6):
                 assert log.read_raw(seq) is None
 
+    def test_raw_batches_of_a_seq_range(self, tmp_path: Path) -> None:
+        """The batches overlapping ``[from_seq, to_seq]``, whole; none for an empty range
+        (even when one batch holds seqs on both sides of it)."""
+        with self.make_log(tmp_path) as log:
+            log.append([ev(1)])
+            log.append([ev(2), ev(3), ev(4)])
+            log.append([ev(5)])
+
+            def firsts(*args: Any) -> list[tuple[int, int]]:
+                return [(b.first_seq, len(b.rows)) for b in log.read_raw_batches(*args)]
+
+            assert firsts() == [(1, 1), (2, 3), (5, 1)]
+            assert firsts(1, 1) == [(1, 1)] and firsts(2, 2) == [(2, 3)]
+            assert firsts(3, 3) == [(2, 3)] and firsts(3, 4) == [(2, 3)]
+            assert firsts(4, 5) == [(2, 3), (5, 1)] and firsts(3) == [(2, 3), (5, 1)]
+            assert firsts(3, 2) == [] and firsts(6) == [] and firsts(0, 0) == []
+
     def test_read_raw_inside_a_big_batch(self, tmp_path: Path) -> None:
         with self.make_log(tmp_path) as log:
             log.append([ev(0)])

@@ -246,3 +246,43 @@ def test_a_generation_marker_inside_the_file_is_refused() -> None:
         check_import(io.BytesIO(text.encode()))
     assert (e.value.line, e.value.reason) == (
         2, "ledger.compacted is only ever a generation's first event")
+
+
+def test_import_refuses_a_log_holding_a_segment_but_no_event(tmp_path: Path) -> None:
+    """Empty means no segment at all: one with a header and no frame (head 0) is not."""
+    from eventstore.frame import encode_segment_header
+    from eventstore.segments import segment_name
+
+    with Ledger.open(tmp_path / "src") as led:
+        led.append([Event("a.b", None, {"i": 1})])
+        text = export(led)
+    log = tmp_path / "dst" / "log"
+    log.mkdir(parents=True)
+    seg = log / segment_name(1)
+    seg.write_bytes(encode_segment_header(1, bytes(32), 1 << 20))
+    with Ledger.open(log) as led:
+        assert led.head == 0
+        with pytest.raises(LedgerError) as info:
+            led.import_log(check_import(io.BytesIO(text)))
+    assert str(info.value) == (f"{log} is not empty: log import only writes into a store "
+                               "whose log has no event")
+    assert sorted(p.name for p in log.glob("*.seg")) == [seg.name]
+
+
+def test_import_checks_what_it_wrote_ends_at_the_files_digest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guard behind the file's own digest check: a writer bug that ended the new log on
+    another digest would be an error, not a log that silently differs."""
+    import attrs
+
+    import eventstore.ledger as ledger_mod
+
+    with Ledger.open(tmp_path / "src") as led:
+        led.append([Event("a.b", None, {"i": 1})])
+        text = export(led)
+    real = ledger_mod.write_generation  # type: ignore[attr-defined]
+    monkeypatch.setattr(ledger_mod, "write_generation",
+                        lambda *a, **k: attrs.evolve(real(*a, **k), digest=bytes(32)))
+    with Ledger.open(tmp_path / "dst") as led, pytest.raises(LedgerError) as info:
+        led.import_log(check_import(io.BytesIO(text)))
+    assert str(info.value) == "imported log does not end at the file's digest"

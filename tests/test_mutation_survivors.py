@@ -728,3 +728,26 @@ def test_only_a_generation_markers_row_is_a_marker() -> None:
     assert not marker("ledger.compacte") and not marker("ledger.other")
     assert not marker("x.ledger.compacted") and not marker("a.b")
     assert not marker("ledger." + "x" * 40)  # a long kind: its text starts a byte later
+
+
+def test_reload_forgets_the_old_generation_before_it_loads_the_new(tmp_path: Path) -> None:
+    """What ``Tip.reload`` resets is what a log with no segment leaves in place: a handle
+    that reloads into an empty directory knows nothing of what it saw before."""
+    from eventstore.tip import Tip
+    from eventstore.window import BatchWindow
+
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([Event("t.t", None, {})])
+    tip = Tip(log, BatchWindow(log, 16), 1 << 20)
+    tip.load()
+    assert tip.head == 1 and tip.path is not None and tip.last_at > 0
+    tip.torn, tip.torn_seg, tip.end_stable = (5, "x"), log / "y.seg", False
+    for p in log.glob("*.seg"):
+        p.unlink()
+    new_generations: list[int] = []
+    tip.on_new_generation = lambda: new_generations.append(1)
+    tip.reload()
+    assert (tip.path, tip.base, tip.head, tip.digest) == (None, 0, 0, GENESIS_DIGEST)
+    assert (tip.torn, tip.torn_seg, tip.last_at) == (None, None, 0.0)
+    assert (tip.end, tip.end_stable, tip.fd, new_generations) == (0, True, -1, [1])
