@@ -75,6 +75,8 @@ def check_anchor(log: LogBackend, anchor: Anchor) -> str | None:
                 "the one anchored (cut back, or another log)")
     got = log.digest_at(anchor.seq)
     if got is None:
+        # the batch holding the seq (reading on past it, to_seq None or left out, gives
+        # the same first batch: equivalent mutants); none if the log was cut back since
         batch = next(iter(log.read_batches(anchor.seq, anchor.seq)), None)
         end = f", e.g. {batch.last_seq}" if batch is not None else ""
         return f"seq {anchor.seq} is inside a batch; anchors are batch ends{end}"

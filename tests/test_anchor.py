@@ -256,3 +256,28 @@ def test_check_anchor_before_a_compaction_asks_the_anchors_file(tmp_path: Path) 
         assert check_anchor(bare, Anchor(2, ends[2])) == (  # type: ignore[arg-type]
             f"seq 2 lies before this log's generation start {base} and no batch of the "
             "compacted generations ended there")
+
+
+def test_check_anchor_asks_the_anchors_file_from_a_generation_start_of_2() -> None:
+    """The smallest compacted log (generation start 2): an anchor at seq 1 is the anchors
+    file's to judge, never the chain's."""
+    from types import SimpleNamespace
+
+    digest = bytes(range(32))
+    log = SimpleNamespace(head=5, base=2,
+                          anchor_digest=lambda seq: digest if seq == 1 else None)
+    assert check_anchor(log, Anchor(1, digest)) is None  # type: ignore[arg-type]
+    assert check_anchor(log, Anchor(1, bytes(32))) == (  # type: ignore[arg-type]
+        f"the chain digest at seq 1 was {digest.hex()} when the log was compacted, "
+        f"not the anchor's {bytes(32).hex()}")
+
+
+def test_an_anchor_inside_a_batch_of_a_log_cut_back_meanwhile_names_no_batch_end() -> None:
+    """The seq was inside a batch when the digest was asked for, and no batch holds it
+    when it is read (the log was cut back in between): the words without an example."""
+    from types import SimpleNamespace
+
+    log = SimpleNamespace(head=9, digest_at=lambda seq: None,
+                          read_batches=lambda a, b=None: iter(()))
+    assert check_anchor(log, Anchor(4, bytes(32))) == (  # type: ignore[arg-type]
+        "seq 4 is inside a batch; anchors are batch ends")
