@@ -471,7 +471,8 @@ class Ledger:
                 anchors = older + b"".join(ANCHOR_ENTRY.pack(s, d) for s, d in found.frames)
                 # above every seq and every segment name the damaged log has, so names and
                 # seqs only grow (a last segment may hold no readable frame)
-                base = max(found.head, segs[-1][0] if segs else 0) + 1
+                # (something was lost or damaged: there is a segment)
+                base = max(found.head, segs[-1][0]) + 1
                 marker = {
                     "old_base": old_base, "old_head": base - 1,
                     "old_digest": found.head_digest.hex(),
@@ -501,16 +502,16 @@ class Ledger:
                 at = found.batches[0].at if found.batches else clock()
                 first = (at, None, [cbor2.dumps([SALVAGED, None, marker])])
                 self._announce_generation(lock, base)
-                seal_fd = open_for_seal(contents[-1][0] if contents else None)
+                seal_fd = open_for_seal(contents[-1][0])
                 try:
                     written = write_generation(
                         self.log_dir, base, found.head_digest, self.segment_bytes,
                         chain([first], ((at_, bid, rows(rs)) for at_, bid, rs in copied)),
                         anchors,
                     )
-                    seal_segment(seal_fd, len(contents[-1][1]) if contents else 0, base)
+                    seal_segment(seal_fd, len(contents[-1][1]), base)
                 finally:
-                    if seal_fd >= 0:
+                    if seal_fd >= 0:  # (> 0: an equivalent mutant while stdin holds 0)
                         os.close(seal_fd)
                 removed = remove_older(self.log_dir, written.base)
                 self._tip.fault = None

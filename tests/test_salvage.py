@@ -336,3 +336,112 @@ def test_salvage_records_an_exact_marker_anchors_and_renumbering(tmp_path: Path)
     with pytest.raises(LedgerClosedError) as info2:
         closed.salvage()
     assert str(info2.value) == "ledger is closed"
+
+
+def test_salvage_of_a_log_without_a_segment_finds_nothing(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    with Ledger.open(d) as led:
+        rep = led.salvage()
+        assert rep.salvaged is False and rep.scan.head == 0 and rep.scan.batches == []
+        assert rep.to_json()["salvaged"] is False
+    assert not list(d.glob("*.seg"))
+
+
+def test_the_marker_counts_anchors_frames_as_a_whole_number(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    make(d)
+    flip(sorted(d.glob("*.seg"))[1], 64 + 56 + 20)
+    with Ledger.open(d) as led:
+        assert led.salvage().salvaged
+        marker = next(led.read(led.base, led.base))
+        assert type(marker.data["anchors_frames"]) is int and marker.data["anchors_frames"] > 0
+
+
+def test_a_log_whose_every_frame_is_lost_starts_its_new_generation_at_the_clock(
+        tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    with Ledger.open(d) as led:
+        led.append([Event("a.b", None, {"i": 1, "pad": "x" * 50})])
+    seg = next(d.glob("*.seg"))
+    flip(seg, 64 + 56 + 20)  # the only frame's payload
+    with Ledger.open(d) as led:
+        rep = led.salvage(clock=lambda: 4242.0)
+        assert rep.salvaged and rep.scan.batches == [] and rep.scan.lost == [[1, 1]]
+        marker = next(led.read())
+        assert marker.kind == SALVAGED and marker.at == 4242.0
+        assert marker.data["kept_events"] == 0 and led.head == led.base == 2
+
+
+def test_a_damaged_first_segment_header_of_a_plain_log_is_salvaged(tmp_path: Path) -> None:
+    """A log that never had a generation: the scan starts at seq 1 from the genesis
+    digest whatever its first header says, so a damaged one loses no frame."""
+    d = tmp_path / "log"
+    original = make(d)
+    first = sorted(d.glob("*.seg"))[0]
+    flip(first, 20)  # inside the segment header (its prev digest): its checksum fails
+    with Ledger.open(d) as led:
+        rep = led.salvage()
+        assert rep.salvaged and rep.scan.damaged == [first.name] and rep.scan.lost == []
+        assert kept_data(led) == original and led.verify().ok
+
+
+def test_a_plain_log_missing_its_first_segment_records_old_base_1(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    make(d)
+    segs = sorted(d.glob("*.seg"))
+    gone = int(segs[1].name[:20]) - 1  # the first segment held seqs 1..gone
+    segs[0].unlink()
+    with Ledger.open(d) as led:
+        rep = led.salvage()
+        # the next segment's first frame cannot be checked either (its chain starts in
+        # the missing segment): lost too
+        first_lost = rep.scan.lost[0]
+        assert rep.salvaged and first_lost[0] == 1 and first_lost[1] > gone
+        marker = next(led.read(led.base, led.base))
+        assert marker.data["old_base"] == 1 and marker.data["lost"][0] == first_lost
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
+                                   OSError("copy refused")], ids=["errno", "plain"])
+def test_a_quarantine_copy_that_fails_stops_salvage_with_its_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    import eventstore.ledger as ledger_mod
+
+    d = tmp_path / "log"
+    make(d)
+    damaged = sorted(d.glob("*.seg"))[1]
+    flip(damaged, 64 + 56 + 20)
+    before = files(d)
+
+    def refuse(*_a: Any, **_k: Any) -> Path:
+        raise error
+
+    monkeypatch.setattr(ledger_mod, "quarantine_bytes", refuse)
+    with Ledger.open(d) as led, pytest.raises(LedgerIOError) as info:
+        led.salvage()
+    reason = "No space left on device" if error.strerror else "copy refused"
+    assert str(info.value) == f"cannot copy {damaged.name} to quarantine/: {reason}"
+    assert files(d) == before
+
+
+def test_salvage_closes_the_descriptor_it_sealed_through_even_descriptor_0(
+        tmp_path: Path) -> None:
+    """A daemon that closed stdin gets descriptor 0 for the replaced segment it seals."""
+    import os
+
+    d = tmp_path / "log"
+    make(d)
+    flip(sorted(d.glob("*.seg"))[1], 64 + 56 + 20)
+    led = Ledger.open(d)
+    saved = os.dup(0)
+    try:
+        os.close(0)
+        try:
+            assert led.salvage().salvaged
+        finally:
+            led.close()
+        with pytest.raises(OSError):
+            os.fstat(0)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
