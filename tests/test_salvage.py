@@ -422,26 +422,3 @@ def test_a_quarantine_copy_that_fails_stops_salvage_with_its_reason(
     reason = "No space left on device" if error.strerror else "copy refused"
     assert str(info.value) == f"cannot copy {damaged.name} to quarantine/: {reason}"
     assert files(d) == before
-
-
-def test_salvage_closes_the_descriptor_it_sealed_through_even_descriptor_0(
-        tmp_path: Path) -> None:
-    """A daemon that closed stdin gets descriptor 0 for the replaced segment it seals."""
-    import os
-
-    d = tmp_path / "log"
-    make(d)
-    flip(sorted(d.glob("*.seg"))[1], 64 + 56 + 20)
-    led = Ledger.open(d)
-    saved = os.dup(0)
-    try:
-        os.close(0)
-        try:
-            assert led.salvage().salvaged
-        finally:
-            led.close()
-        with pytest.raises(OSError):
-            os.fstat(0)
-    finally:
-        os.dup2(saved, 0)
-        os.close(saved)
