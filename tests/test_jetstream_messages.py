@@ -105,26 +105,49 @@ def test_a_commit_without_its_chunks_fails_closed(broken: str) -> None:
     else:
         msgs[-1] = Outgoing(COMMIT, {**msgs[-1].headers, CHUNK: "4/4"}, b"")
     a = Assembler()
-    with pytest.raises(MessageError, match="commit without its chunks") as info:
+    with pytest.raises(MessageError) as info:
         for m in stored(msgs):
             a.feed(m)
     assert info.value.stream_seq == len(msgs)
+    assert info.value.reason == "commit without its chunks right before it"
 
 
 @pytest.mark.parametrize("kind,headers,why", [
-    (BATCH, {}, "without a Ctx-Attempt"),
-    (PART, {ATTEMPT: "a"}, "valid Ctx-Chunk"),
-    (PART, {ATTEMPT: "a", CHUNK: "x/2"}, "valid Ctx-Chunk"),
-    (PART, {ATTEMPT: "a", CHUNK: "3/2"}, "out of range"),
-    (PART, {ATTEMPT: "a", CHUNK: "0/0"}, "out of range"),
-    (PART, {ATTEMPT: "a", CHUNK: "-1/2"}, "out of range"),
-    ("weird", {ATTEMPT: "a"}, "unknown message subject"),
+    (BATCH, {}, "message without a Ctx-Attempt header"),
+    (PART, {ATTEMPT: "a"}, "chunk without a valid Ctx-Chunk header"),
+    (PART, {ATTEMPT: "a", CHUNK: "x/2"}, "chunk without a valid Ctx-Chunk header"),
+    (PART, {ATTEMPT: "a", CHUNK: "3/2"}, "chunk header '3/2' out of range"),
+    (PART, {ATTEMPT: "a", CHUNK: "0/0"}, "chunk header '0/0' out of range"),
+    (PART, {ATTEMPT: "a", CHUNK: "-1/2"}, "chunk header '-1/2' out of range"),
+    ("weird", {ATTEMPT: "a"}, "unknown message subject token 'weird'"),
 ])
 def test_messages_no_writer_writes_fail_closed(kind: str, headers: dict[str, str], why: str
                                                ) -> None:
-    with pytest.raises(MessageError, match=why) as info:
+    with pytest.raises(MessageError) as info:
         Assembler().feed(Incoming(42, kind, headers, b"x"))
-    assert info.value.stream_seq == 42 and "stream message 42" in str(info.value)
+    e = info.value
+    assert (e.stream_seq, e.reason, str(e)) == (42, why, f"stream message 42: {why}")
+
+
+def test_a_batch_in_one_chunk_and_batches_without_an_id() -> None:
+    """One chunk and its commit (``0/1``, ``1/1``) is a batch; a batch or commit with no
+    Ctx-Msg-Id header has the empty id."""
+    a = Assembler()
+    assert a.feed(Incoming(1, PART, {ATTEMPT: "a", CHUNK: "0/1"}, b"whole")) is None
+    done = a.feed(Incoming(2, COMMIT, {ATTEMPT: "a", CHUNK: "1/1"}, b""))
+    assert done is not None
+    assert (done.frame, done.stream_seq, done.msg_id, done.attempt) == (b"whole", 2, "", "a")
+    single = a.feed(Incoming(3, BATCH, {ATTEMPT: "b"}, b"one"))
+    assert single is not None
+    assert (single.frame, single.stream_seq, single.msg_id, single.attempt) == (
+        b"one", 3, "", "b")
+
+
+def test_a_fresh_assembler_drops_a_later_chunk_and_refuses_a_commit() -> None:
+    assert Assembler().feed(Incoming(5, PART, {ATTEMPT: "a", CHUNK: "1/2"}, b"x")) is None
+    with pytest.raises(MessageError) as info:
+        Assembler().feed(Incoming(6, COMMIT, {ATTEMPT: "a", CHUNK: "2/2"}, b""))
+    assert info.value.reason == "commit without its chunks right before it"
 
 
 def test_chunks_out_of_order_are_orphans() -> None:
