@@ -229,8 +229,9 @@ def test_failed_sync_poisons_the_handle(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.undo()
     assert seg.stat().st_size == size  # the frame that was never durable is cut
     # fsyncgate: never retry and trust; this handle refuses until the log is reopened
-    with pytest.raises(WriterPoisonedError):
+    with pytest.raises(WriterPoisonedError) as poisoned:
         led.append([ev(100)])
+    assert str(poisoned.value) == "an earlier fsync failed; reopen the log before appending again"
     assert led.head == 2
     with Ledger.open(log, readonly=True) as ro:
         assert ro.head == 2
