@@ -75,7 +75,7 @@ class FrameChain:
         :class:`CorruptLogError` and nothing is recorded)."""
         try:
             walked = list(walk_frames(frame, 0, self.head_digest, self.head + 1))
-            if len(walked) != 1 or walked[0][1] != len(frame):
+            if len(walked) != 1:  # (the walk covers every byte of the frame or raises)
                 raise FrameError(0, "frame does not fill its message")
         except FrameError as e:
             raise CorruptLogError(self.name, self.size + e.offset, e.reason) from None
@@ -117,7 +117,7 @@ class FrameChain:
         prev = self.digests[i - 1] if i else GENESIS_DIGEST
         try:
             walked = list(walk_frames(frame, 0, prev, self.firsts[i]))
-            if len(walked) != 1 or walked[0][1] != len(frame):
+            if len(walked) != 1:  # (the walk covers every byte of the frame or raises)
                 raise FrameError(0, "frame does not fill its slot")
         except FrameError as e:
             raise CorruptLogError(self.name, where + e.offset, e.reason) from None

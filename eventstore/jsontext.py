@@ -54,7 +54,7 @@ def loads_strict(text: str | bytes) -> Any:
     """
     if isinstance(text, (bytes, bytearray, memoryview)):
         try:
-            text = bytes(text).decode("utf-8")
+            text = bytes(text).decode("utf-8")  # ("UTF-8": an equivalent mutant)
         except UnicodeDecodeError as e:
             raise JSONTextError(f"not UTF-8 (byte {e.start}: {e.reason})") from None
     try:

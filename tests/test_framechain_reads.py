@@ -143,3 +143,29 @@ def test_a_damaged_frame_fails_raw_batches_at_its_offset() -> None:
     e = info.value
     assert (e.segment, e.offset, e.reason) == (Path("the-stream"), c.offsets[2],
                                                "bad frame footer")
+
+
+def test_checked_frames_and_their_problems() -> None:
+    c, d = chain()
+    assert [(b.first_seq, [e.seq for e in b.events]) for b in c.batches(0, 3, None)] == [
+        (1, [1, 2]), (3, [3]), (4, [4, 5, 6])]
+    assert c.problems(3) == []
+    bad, _ = encode_frame_parts(d[0], 3, 2, (payload(3, 1, 2.5),))  # says 2, holds 1
+    replaced(c, 1, bad)
+    with pytest.raises(CorruptLogError) as info:
+        c.checked(1)
+    e = info.value
+    assert (e.segment, e.offset, e.reason) == (
+        Path("the-stream"), c.offsets[1], "frame header says 2 events, payload holds 1")
+    assert [(p.segment, p.offset, p.error) for p in c.problems(3)] == [
+        ("the-stream", c.offsets[1], "frame header says 2 events, payload holds 1")]
+
+
+def test_a_slot_holding_two_frames_is_damage() -> None:
+    c, d = chain()
+    second, _ = encode_frame_parts(d[1], 4, 3, (payload(4, 3, 3.5),))
+    replaced(c, 1, c.frames[1] + second)
+    with pytest.raises(CorruptLogError) as info:
+        c.checked(1)
+    assert (info.value.offset, info.value.reason) == (c.offsets[1],
+                                                      "frame does not fill its slot")

@@ -65,6 +65,20 @@ def test_loads_strict_takes_utf8_only(raw: bytes) -> None:
         loads_strict(raw)
 
 
+def test_loads_strict_says_exactly_what_is_wrong() -> None:
+    """Word for word: the duplicate named is the repeated key, not the first one."""
+    cases = [
+        ('{"b": 0, "a": 1, "a": 2}', "duplicate key 'a' in a JSON object"),
+        ("[" * 100_000, "nested too deeply"),
+        (b'{"a": "\xc3"}', "not UTF-8 (byte 7: invalid continuation byte)"),
+        (b"\xff{}", "not UTF-8 (byte 0: invalid start byte)"),
+    ]
+    for text, why in cases:
+        with pytest.raises(JSONTextError) as info:
+            loads_strict(text)
+        assert str(info.value) == why
+
+
 def test_loads_strict_reads_what_json_means() -> None:
     assert loads_strict(b'{"a": [1, 2.5, "\\u00e9", "\\ud83d\\ude00", null, true]}') == {
         "a": [1, 2.5, "é", "😀", None, True]

@@ -395,15 +395,18 @@ class LedgerContract:
                 assert log.read_raw(seq) is None
 
     def test_raw_batches_of_a_seq_range(self, tmp_path: Path) -> None:
-        """The batches overlapping ``[from_seq, to_seq]``, whole; none for an empty range
-        (even when one batch holds seqs on both sides of it)."""
+        """Raw and decoded, the batches overlapping ``[from_seq, to_seq]``, whole; none
+        for an empty range (even when one batch holds seqs on both sides of it)."""
         with self.make_log(tmp_path) as log:
             log.append([ev(1)])
             log.append([ev(2), ev(3), ev(4)])
             log.append([ev(5)])
 
             def firsts(*args: Any) -> list[tuple[int, int]]:
-                return [(b.first_seq, len(b.rows)) for b in log.read_raw_batches(*args)]
+                raw = [(b.first_seq, len(b.rows)) for b in log.read_raw_batches(*args)]
+                decoded = [(b.first_seq, len(b.events)) for b in log.read_batches(*args)]
+                assert raw == decoded
+                return raw
 
             assert firsts() == [(1, 1), (2, 3), (5, 1)]
             assert firsts(1, 1) == [(1, 1)] and firsts(2, 2) == [(2, 3)]
