@@ -751,3 +751,15 @@ def test_reload_forgets_the_old_generation_before_it_loads_the_new(tmp_path: Pat
     assert (tip.path, tip.base, tip.head, tip.digest) == (None, 0, 0, GENESIS_DIGEST)
     assert (tip.torn, tip.torn_seg, tip.last_at) == (None, None, 0.0)
     assert (tip.end, tip.end_stable, tip.fd, new_generations) == (0, True, -1, [1])
+
+
+def test_a_symbol_filter_whose_candidates_lie_past_every_value_of_the_next_list() -> None:
+    """The rarest trigram's list (an array: more than 24 candidates) holds symbols
+    numbered after every symbol of the next list: each lookup lands past that list's
+    end and must stay inside it."""
+    syms = ([f"xdefx{i:02d}" for i in range(40)] + ["abcdef"]
+            + [f"abcx{i:02d}" for i in range(30)])
+    ix = RecallIndex.build([_rdoc(s, syms=(s,)) for s in syms])
+    hits = ix.search("zz", now=10.0, limit=50, symbol_filters=["abcdef"])
+    assert [h.cache_key for h in hits] == ["abcdef"]
+    assert ix.search("zz", now=10.0, limit=50, symbol_filters=["abcxdef"]) == []
