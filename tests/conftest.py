@@ -47,7 +47,7 @@ if "MUTANT_UNDER_TEST" in os.environ:
             from mutation_select import narrow
 
             here = Path(__file__).resolve().parent  # mutants/tests
-            keep = narrow(mutant, here.parent, here.parent.parent)
+            keep = narrow(mutant, here.parent)
             if keep is not None:
                 config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in keep])
                 items[:] = [i for i in items if i.nodeid in keep]

@@ -10,8 +10,10 @@ one coverage run of the same test selection, which tests run each statement
 (``collect``); then, in each mutant's pytest run, the conftest keeps only the
 tests that run a statement the mutant changes (``narrow``).
 
-Where the answer is not sure the selection is left as mutmut made it: no map, a
-source file changed since the map was made, a change in a function's signature
+Each map keeps a copy of the source it was made from, and a mutant is placed in
+that copy: the working tree may change while a run goes on. Where the answer is
+not sure the selection is left as mutmut made it: no map, a mutated function
+that reads otherwise than when the map was made, a change in a function's signature
 or decorators (evaluated when the module loads, not when a test runs), or a
 mutant whose lines cannot be found. A mutant whose statements no test runs gets
 no test at all: mutmut reports it as "no tests", which the figures count as
@@ -32,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 MAP_DIR = "line-tests"
-MAP_VERSION = 1
+MAP_VERSION = 2
+SNAPSHOT = ".src"  # beside each map, the source it was made from
 
 
 def _digest(path: Path) -> str:
@@ -121,6 +124,9 @@ def collect(root: Path, out: Path, sources: list[str], pytest_args: list[str]) -
         target.write_text(json.dumps({"version": MAP_VERSION, "digest": _digest(Path(measured)),
                                       "tests": sorted(tests, key=tests.__getitem__),
                                       "lines": lines}))
+        # the source the map's line numbers are of: a mutant is placed in it, not in the
+        # working tree, which may change while a run goes on
+        shutil.copyfile(measured, out / (rel + SNAPSHOT))
     return code
 
 
@@ -179,14 +185,16 @@ def _statement_line(fn: ast.FunctionDef | ast.AsyncFunctionDef, line: int) -> in
 
 
 @cache
-def _source(root: str, path: str) -> tuple[ast.Module, str]:
-    p = Path(root) / path
-    return ast.parse(p.read_text(), path), _digest(p)
+def _snapshot(mutants_dir: str, path: str) -> tuple[ast.Module, list[str]]:
+    """The source a map was made from (``collect`` keeps a copy): its tree and lines."""
+    text = (Path(mutants_dir) / MAP_DIR / (path + SNAPSHOT)).read_text()
+    return ast.parse(text, path), text.split("\n")
 
 
-def changed_statements(mutants_dir: Path, root: Path, mutant: str) -> tuple[str, set[int]] | None:
-    """(source path, first lines of the statements ``mutant`` changes in the original
-    source), or None when that cannot be told for sure (see the module docstring)."""
+def changed_statements(mutants_dir: Path, mutant: str) -> tuple[str, set[int]] | None:
+    """(source path, first lines of the statements ``mutant`` changes in the source the
+    map was made from), or None when that cannot be told for sure (see the module
+    docstring; the mutated function must read as it did when the map was made)."""
     path, func = mutant_file(mutant)
     spans = json.loads((mutants_dir / (path + ".spans")).read_text())["spans"]
     orig_name = func.rpartition("__mutmut_")[0] + "__mutmut_orig"
@@ -202,8 +210,10 @@ def changed_statements(mutants_dir: Path, root: Path, mutant: str) -> tuple[str,
             changed.update(range(i1, max(i2, i1 + 1)))
     if not changed:
         return None  # the change is on the def line itself (a default value)
-    tree, _digest_now = _source(str(root), path)
+    tree, source = _snapshot(str(mutants_dir), path)
     fn = _original_function(tree, func)
+    if orig[oi + 1 :] != source[fn.lineno : fn.end_lineno]:
+        return None  # the function changed since the map was made
     stmts: set[int] = set()
     for i in changed:
         stmt = _statement_line(fn, fn.lineno + 1 + i)
@@ -221,19 +231,19 @@ def _load_map(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("version") == MAP_VERSION else None
 
 
-def narrow(mutant: str, mutants_dir: Path, root: Path) -> set[str] | None:
+def narrow(mutant: str, mutants_dir: Path) -> set[str] | None:
     """The node ids of the tests that run a statement ``mutant`` changes, or None: keep
-    mutmut's own selection (no map, an unknown mutant, a changed source, ...)."""
+    mutmut's own selection (no map, an unknown mutant, a changed function, ...)."""
     try:
-        got = changed_statements(mutants_dir, root, mutant)
+        got = changed_statements(mutants_dir, mutant)
     except (OSError, ValueError, KeyError, SyntaxError):
         return None
     if got is None:
         return None
     path, stmts = got
     data = _load_map(mutants_dir / MAP_DIR / (path + ".json"))
-    if data is None or data["digest"] != _source(str(root), path)[1]:
-        return None  # not measured, or changed since the map was made
+    if data is None:
+        return None  # not measured
     tests = data["tests"]
     return {tests[i] for s in stmts for i in data["lines"].get(str(s), ())}
 

@@ -8,7 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
-from mutation_select import MAP_DIR, MAP_VERSION, _digest, changed_statements, mutant_file, narrow
+from mutation_select import (
+    MAP_DIR,
+    MAP_VERSION,
+    SNAPSHOT,
+    _digest,
+    _snapshot,
+    changed_statements,
+    mutant_file,
+    narrow,
+)
 
 SOURCE = '''\
 import os
@@ -71,6 +80,9 @@ def _fake(tmp_path: Path, f_changes: list[tuple[str, str]], m_changes: list[tupl
                                                   ch))
     (mutants / "pkg" / "mod.py").write_text("\n".join(text) + "\n")
     (mutants / "pkg" / "mod.py.spans").write_text(json.dumps({"version": 1, "spans": spans}))
+    snapshot = mutants / MAP_DIR / "pkg" / ("mod.py" + SNAPSHOT)  # as collect keeps it
+    snapshot.parent.mkdir(parents=True)
+    snapshot.write_text(SOURCE)
     return root, mutants
 
 
@@ -96,44 +108,53 @@ def test_a_mutant_name_names_its_file_and_function() -> None:
 
 def test_changed_lines_map_to_the_statements_coverage_records(tmp_path: Path) -> None:
     root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
-    got = {n: changed_statements(mutants, root, f"pkg.mod.x_f__mutmut_{n}")
+    got = {n: changed_statements(mutants, f"pkg.mod.x_f__mutmut_{n}")
            for n in range(1, 6)}
     assert got == {1: ("pkg/mod.py", {6}), 2: ("pkg/mod.py", {7}), 3: ("pkg/mod.py", {9}),
                    4: None, 5: ("pkg/mod.py", {11})}
     sep = "\u01c1"
-    assert changed_statements(mutants, root, f"pkg.mod.x{sep}C{sep}m__mutmut_1") == (
+    assert changed_statements(mutants, f"pkg.mod.x{sep}C{sep}m__mutmut_1") == (
         "pkg/mod.py", {16})
 
 
-def _write_map(root: Path, mutants: Path, lines: dict[int, list[str]], digest: str | None = None
-               ) -> None:
+def _write_map(root: Path, mutants: Path, lines: dict[int, list[str]]) -> None:
     tests = sorted({t for ts in lines.values() for t in ts})
     out = mutants / MAP_DIR / "pkg" / "mod.py.json"
-    out.parent.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "version": MAP_VERSION,
-        "digest": digest if digest is not None else _digest(root / "pkg" / "mod.py"),
+        "digest": _digest(root / "pkg" / "mod.py"),
         "tests": tests,
         "lines": {str(k): [tests.index(t) for t in v] for k, v in lines.items()}}))
 
 
 def test_narrow_keeps_the_tests_that_run_the_changed_statement(tmp_path: Path) -> None:
     root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
-    assert narrow("pkg.mod.x_f__mutmut_1", mutants, root) is None  # no map yet
+    assert narrow("pkg.mod.x_f__mutmut_1", mutants) is None  # no map yet
     _write_map(root, mutants, {6: ["t::a", "t::b"], 7: ["t::b"], 11: ["t::a"]})
-    assert narrow("pkg.mod.x_f__mutmut_1", mutants, root) == {"t::a", "t::b"}
-    assert narrow("pkg.mod.x_f__mutmut_2", mutants, root) == {"t::b"}
-    assert narrow("pkg.mod.x_f__mutmut_3", mutants, root) == set()  # line 9: no test runs it
-    assert narrow("pkg.mod.x_f__mutmut_4", mutants, root) is None  # the signature
-    assert narrow("pkg.mod.x_f__mutmut_5", mutants, root) == {"t::a"}
-    assert narrow("pkg.mod.x_f__mutmut_99", mutants, root) is None  # unknown mutant
-    assert narrow("other.mod.x_f__mutmut_1", mutants, root) is None  # unknown file
+    assert narrow("pkg.mod.x_f__mutmut_1", mutants) == {"t::a", "t::b"}
+    assert narrow("pkg.mod.x_f__mutmut_2", mutants) == {"t::b"}
+    assert narrow("pkg.mod.x_f__mutmut_3", mutants) == set()  # line 9: no test runs it
+    assert narrow("pkg.mod.x_f__mutmut_4", mutants) is None  # the signature
+    assert narrow("pkg.mod.x_f__mutmut_5", mutants) == {"t::a"}
+    assert narrow("pkg.mod.x_f__mutmut_99", mutants) is None  # unknown mutant
+    assert narrow("other.mod.x_f__mutmut_1", mutants) is None  # unknown file
 
 
-def test_a_source_changed_since_the_map_keeps_mutmuts_selection(tmp_path: Path) -> None:
+def test_a_function_changed_since_the_map_keeps_mutmuts_selection(tmp_path: Path) -> None:
+    """The map's lines are of the source it was made from: a mutated function that reads
+    otherwise now keeps mutmut's selection; the working tree changing elsewhere (or
+    this function changing there, after mutmut copied it) does not matter."""
     root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
-    _write_map(root, mutants, {6: ["t::a"]}, digest="0" * 32)
-    assert narrow("pkg.mod.x_f__mutmut_1", mutants, root) is None
+    _write_map(root, mutants, {6: ["t::a"], 16: ["t::m"]})
+    (root / "pkg" / "mod.py").write_text("# the working tree moved on\n")
+    assert narrow("pkg.mod.x_f__mutmut_1", mutants) == {"t::a"}
+    snapshot = mutants / MAP_DIR / "pkg" / ("mod.py" + SNAPSHOT)
+    snapshot.write_text(SOURCE.replace("x = a + b", "x = a * b"))  # f as it was mapped
+    _snapshot.cache_clear()  # read once per process (each mutant's run is a new one)
+    assert narrow("pkg.mod.x_f__mutmut_1", mutants) is None
+    sep = "\u01c1"
+    assert narrow(f"pkg.mod.x{sep}C{sep}m__mutmut_1", mutants) == {"t::m"}
 
 
 def test_collect_maps_each_statement_to_the_tests_that_run_it(tmp_path: Path) -> None:
@@ -181,6 +202,8 @@ def test_collect_maps_each_statement_to_the_tests_that_run_it(tmp_path: Path) ->
     data = json.loads((tmp_path / "mutants" / MAP_DIR / "pkg" / "mod.py.json").read_text())
     assert data["version"] == MAP_VERSION
     assert data["digest"] == _digest(tmp_path / "pkg" / "mod.py")
+    snapshot = tmp_path / "mutants" / MAP_DIR / "pkg" / ("mod.py" + SNAPSHOT)
+    assert snapshot.read_bytes() == (tmp_path / "pkg" / "mod.py").read_bytes()
     ran = {int(line): {data["tests"][i].split("::")[1] for i in ids}
            for line, ids in data["lines"].items()}
     # the def lines run at import (collection: no test), the bodies under their tests
