@@ -1,4 +1,4 @@
-"""RecallQuery.derived and quick_query: the fast copies equal the validated constructor."""
+"""RecallQuery.derived: the fast copy equals the validated constructor."""
 
 from __future__ import annotations
 
@@ -6,11 +6,8 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from projections.recall import RecallQuery
-from projections.recall.query import quick_query
 
 QUERIES = [
     RecallQuery("login handler", 8),
@@ -55,47 +52,3 @@ def test_derived_changes_only_the_store_fields() -> None:
         q.derived(text="other")
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         q.derived(limit=3).limit = 4  # type: ignore[misc]
-
-
-# quick_query: every option with valid and invalid values (wrong types, bad scopes,
-# negative limits, empty filter values, an unknown option, text given twice)
-_OPTION_VALUES: dict[str, Any] = {
-    "limit": st.one_of(st.none(), st.integers(-2, 50), st.just(2.5), st.just("3")),
-    "since": st.none() | st.floats(0, 10),
-    "until": st.none() | st.floats(0, 10),
-    "target": st.none() | st.sampled_from(["", "x", "claude"]),
-    "task_id": st.none() | st.sampled_from(["", "t-1"]),
-    "scope": st.sampled_from(["global", "task-first", "task-only", "nope", ""]),
-    "packet_types": st.none() | st.lists(st.sampled_from(["", "note", "diff"]), max_size=3),
-    "path_filters": st.none() | st.lists(st.sampled_from(["", "a/b.py"]), max_size=3),
-    "symbol_filters": st.none() | st.lists(st.sampled_from(["", "Foo"]), max_size=3),
-    "live_after": st.none() | st.floats(0, 10),
-    "mode": st.sampled_from(["auto", "conceptual"]),
-    "kinds": st.none() | st.lists(st.sampled_from(["decision", ""]), max_size=2),
-    "include_superseded": st.booleans(),
-    "fresh_only": st.booleans(),
-    "provider": st.none() | st.just("p"),
-    "model": st.none() | st.just("m"),
-    "as_of": st.none() | st.integers(0, 9),
-    "text": st.just("again"),
-    "colour": st.just("red"),
-}
-_texts = st.one_of(st.none(), st.just(""), st.sampled_from(["login", "parse_header a/b.py x"]),
-                   st.text(max_size=30), st.just("w " * 40), st.just("x" * 5000))
-
-
-def _outcome(make: Any) -> tuple[Any, ...]:
-    try:
-        q = make()
-    except (TypeError, ValueError) as e:
-        return (type(e), str(e))
-    return _fields(q)
-
-
-@settings(max_examples=400, deadline=None)
-@given(_texts, st.fixed_dictionaries({}, optional=_OPTION_VALUES))
-def test_quick_query_equals_the_constructor(text: str | None, options: dict[str, Any]) -> None:
-    want = _outcome(lambda: RecallQuery(text, **options))  # type: ignore[arg-type]
-    assert _outcome(lambda: quick_query(text, options)) == want  # type: ignore[arg-type]
-    if not isinstance(want[0], type):
-        assert type(quick_query(text, options)) is RecallQuery  # type: ignore[arg-type]

@@ -160,41 +160,4 @@ def as_query(query: RecallQuery | str, options: dict[str, Any]) -> RecallQuery:
             raise TypeError(f"options beside a RecallQuery: {', '.join(sorted(options))}; "
                             "put them in the RecallQuery")
         return query
-    return quick_query(query, options)
-
-
-def quick_query(text: str, options: dict[str, Any]) -> RecallQuery:
-    """``RecallQuery(text, **options)``, equal to it (tests/test_recall_query.py) and
-    cheaper: a default field dict copied in one step, converters only for the given
-    options, then the same ``__attrs_post_init__`` checks.
-
-    The index's ``rank(text, **options)`` makes a query per call; attrs' generated
-    ``__init__`` (every field and converter, one by one) was the one fixed cost the
-    engine before the value type did not pay (docs/benchmarks.md, "Side by side").
-    Options it does not know (or ``text`` twice) go to the plain constructor, whose
-    ``TypeError`` the caller sees.
-    """
-    new = object.__new__(RecallQuery)
-    d = new.__dict__
-    d.update(_DEFAULTS)
-    if text:
-        d["text"] = text
-    for k, v in options.items():
-        conv = _OPTIONS.get(k, _UNKNOWN)
-        if conv is None:
-            d[k] = v
-        elif conv is _UNKNOWN:
-            return RecallQuery(text, **options)
-        else:
-            d[k] = conv(v)
-    new.__attrs_post_init__()
-    return new
-
-
-_UNKNOWN = object()
-_CONVERTERS: dict[str, Any] = {a.name: a.converter for a in attrs.fields(RecallQuery) if a.init}
-_DEFAULTS: dict[str, Any] = {
-    a.name: _CONVERTERS[a.name](a.default) if _CONVERTERS[a.name] else a.default
-    for a in attrs.fields(RecallQuery) if a.init}
-_OPTIONS: dict[str, Any] = {k: conv for k, conv in _CONVERTERS.items() if k != "text"}
-"""The keyword options :func:`quick_query` takes (``text`` is positional): their converters."""
+    return RecallQuery(query, **options)
