@@ -763,3 +763,13 @@ def test_a_symbol_filter_whose_candidates_lie_past_every_value_of_the_next_list(
     hits = ix.search("zz", now=10.0, limit=50, symbol_filters=["abcdef"])
     assert [h.cache_key for h in hits] == ["abcdef"]
     assert ix.search("zz", now=10.0, limit=50, symbol_filters=["abcxdef"]) == []
+
+
+def test_a_doc_matched_exactly_names_no_path_that_is_only_an_ambiguous_alias() -> None:
+    """``x.py`` equals a's first path and is the basename of two more (a's second, b's):
+    a is boosted for the exact path, and its hit names that path only, not the other
+    one whose basename matched (an alias naming more than one live path counts not)."""
+    ix = RecallIndex.build([_rdoc("a", 5.0, paths=("x.py", "src/x.py")),
+                            _rdoc("b", 3.0, paths=("lib/x.py",))])
+    hits = {h.cache_key: h.matched_paths for h in ix.search("x.py", now=10.0)}
+    assert hits == {"a": ("x.py",), "b": ()}
