@@ -1,0 +1,115 @@
+"""``segments.recent_heads``: a segment's last frames read backwards, footer by footer
+(what the batch-id window folds), compared value by value with the frames written.
+
+Each frame's head comes from the bytes a writer produces, or, for a payload of another
+shape (an older writer's, an integer time), from decoding the payload; a payload that
+does not decode is corruption at that frame's offset; a footer that does not check out
+ends the walk there. (Mutation testing found these rules unpinned: docs/reliability.md.)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import cbor2
+import pytest
+
+from eventstore import CorruptLogError, Event
+from eventstore.event import encode_batch
+from eventstore.frame import (
+    GENESIS_DIGEST,
+    SEGMENT_HEADER_SIZE,
+    encode_frame_parts,
+    encode_segment_header,
+    payload_prefix,
+)
+from eventstore.segments import recent_heads
+
+
+def rows(first: int, count: int) -> bytes:
+    return encode_batch([Event("h.h", None, {"i": first + j}) for j in range(count)], None)[0]
+
+
+def build(tmp_path: Path, payloads: list[tuple[int, bytes]]) -> tuple[Path, list[int]]:
+    """A segment of frames (count, payload) from seq 1; returns it and each frame's offset."""
+    prev, seq, body, offsets = GENESIS_DIGEST, 1, b"", []
+    for count, payload in payloads:
+        frame, prev = encode_frame_parts(prev, seq, count, (payload,))
+        offsets.append(SEGMENT_HEADER_SIZE + len(body))
+        body += frame
+        seq += count
+    path = tmp_path / "seg"
+    path.write_bytes(encode_segment_header(1, GENESIS_DIGEST, 1 << 20) + body)
+    return path, offsets
+
+
+@contextmanager
+def opened(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def heads(path: Path, end: int | None = None) -> list[tuple[int, int, float, str | None]]:
+    with opened(path) as fd:
+        size = os.fstat(fd).st_size
+        return list(recent_heads(path, fd, SEGMENT_HEADER_SIZE, size if end is None else end))
+
+
+PAYLOADS = [
+    (2, payload_prefix(1.5, "first") + rows(1, 2)),
+    # another writer's shape: the time an integer, no fast read: the payload is decoded
+    (1, cbor2.dumps([7, "old", [["h.h", None, {"i": 3}]]])),
+    (3, payload_prefix(2.25, None) + rows(4, 3)),
+    (1, payload_prefix(3.0, "b" * 30) + rows(7, 1)),  # a longer id (a two-byte length head)
+]
+
+
+def test_every_frame_newest_first(tmp_path: Path) -> None:
+    path, _ = build(tmp_path, PAYLOADS)
+    assert heads(path) == [(7, 1, 3.0, "b" * 30), (4, 3, 2.25, None), (3, 1, 7.0, "old"),
+                           (1, 2, 1.5, "first")]
+    got = heads(path)
+    assert all(type(at) is float for _f, _c, at, _b in got)
+
+
+def test_the_walk_ends_where_it_is_told_to(tmp_path: Path) -> None:
+    path, offsets = build(tmp_path, PAYLOADS)
+    assert heads(path, offsets[2]) == [(3, 1, 7.0, "old"), (1, 2, 1.5, "first")]
+    assert heads(path, offsets[1]) == [(1, 2, 1.5, "first")]
+    assert heads(path, SEGMENT_HEADER_SIZE) == []
+    assert heads(path, SEGMENT_HEADER_SIZE + 63) == []
+
+
+def test_a_footer_that_does_not_check_out_ends_the_walk(tmp_path: Path) -> None:
+    path, offsets = build(tmp_path, PAYLOADS)
+    data = bytearray(path.read_bytes())
+    data[offsets[3] - 1] ^= 0xFF  # the footer magic of the frame before the last
+    path.write_bytes(bytes(data))
+    assert heads(path) == [(7, 1, 3.0, "b" * 30)]
+
+
+def test_a_header_that_does_not_match_its_footer_ends_the_walk(tmp_path: Path) -> None:
+    path, offsets = build(tmp_path, PAYLOADS)
+    data = bytearray(path.read_bytes())
+    data[offsets[2] + 6] ^= 0xFF  # the third frame's header crc
+    path.write_bytes(bytes(data))
+    assert heads(path) == [(7, 1, 3.0, "b" * 30)]
+
+
+def test_a_payload_that_does_not_decode_is_corruption_at_its_frame(tmp_path: Path) -> None:
+    path, offsets = build(tmp_path, [PAYLOADS[0], (1, b"\xff\xfe not cbor"), PAYLOADS[2]])
+    with opened(path) as fd:
+        it = recent_heads(path, fd, SEGMENT_HEADER_SIZE, os.fstat(fd).st_size)
+        assert next(it) == (4, 3, 2.25, None)
+        with pytest.raises(CorruptLogError) as info:
+            next(it)
+    e = info.value
+    assert (e.segment, e.offset, e.reason) == (
+        path, offsets[1], "payload is not valid CBOR: break code encountered where a data "
+        "item was expected")
