@@ -310,6 +310,8 @@ class Ledger:
                 try:
                     self._clear_next_name()
                     older = read_anchors(self.log_dir, old_base) if old_base > 1 else b""
+                    # (old_head is the head under the lock: reading on past it, to None,
+                    # is an equivalent mutant)
                     anchors = build_anchors(older, self.read_digests(old_base, old_head))
                     data = {
                         **info,

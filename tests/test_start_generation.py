@@ -1,0 +1,100 @@
+"""``Ledger.start_generation`` (what compaction calls) pinned value by value: its refusals,
+the ``ledger.compacted`` marker it writes, the anchors file, the generation it announces
+in the lock file, its progress and its report. Compaction's own tests judge the store
+after it; these judge the log's half alone. (Mutation testing found it unpinned.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import blake3
+import cbor2
+import pytest
+
+from eventstore import CompactionRefusedError, Event, HeadMismatchError, Ledger
+from eventstore.generation import COMPACTED, read_anchors
+from eventstore.lock import GEN_FIELD, PID_FIELD
+
+
+def rows(*items: int) -> list[bytes]:
+    return [cbor2.dumps(["k.k", None, {"i": i}]) for i in items]
+
+
+def three_batches(log: Path) -> Ledger:
+    led = Ledger.open(log, segment_bytes=4096)
+    led.append([Event("a.a", None, {"i": 1}), Event("a.a", None, {"i": 2})])
+    led.append([Event("a.a", None, {"i": 3})])
+    led.append([Event("a.a", None, {"i": 4})])
+    return led
+
+
+def test_an_empty_log_is_refused(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "log") as led:
+        with pytest.raises(CompactionRefusedError) as info:
+            led.start_generation(0, {}, [], at=1.0)
+        assert str(info.value) == "the log is empty: there is nothing to compact"
+    assert not list((tmp_path / "log").glob("*.seg"))
+
+
+def test_a_log_that_moved_on_is_refused_with_both_heads(tmp_path: Path) -> None:
+    with three_batches(tmp_path / "log") as led:
+        with pytest.raises(HeadMismatchError) as info:
+            led.start_generation(2, {}, [], at=1.0)
+        assert (info.value.expected, info.value.actual) == (2, 4)
+        assert led.head == 4 and led.base == 1
+
+
+def test_a_log_of_one_event_is_compacted(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "log") as led:
+        led.append([Event("a.a", None, {"i": 1})])
+        first = led.head_digest
+        written = led.start_generation(1, {}, [], at=5.0)
+        assert (written.base, led.base, led.head) == (2, 2, 2)
+        # compacted again (from generation start 2): the anchors of generation 1 go on
+        led.append([Event("a.a", None, {"i": 2})])
+        assert led.start_generation(3, {}, [], at=6.0).base == 4
+        assert next(led.read(4, 4)).data["anchors_frames"] == 3  # seq 1, marker 2, seq 3
+        assert led.anchor_digest(1) == first
+
+
+def test_the_marker_anchors_lock_progress_and_report(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with three_batches(log) as led:
+        frames = list(led.read_digests())
+        head_digest = led.head_digest.hex()
+        old_segments = tuple(p.name for p in sorted(log.glob("*.seg")))
+        progress: list[int] = []
+        written = led.start_generation(4, {"reason": "test"}, [(2.5, "kept", rows(3, 4))],
+                                       at=9.0, progress=progress.append)
+        assert (written.base, written.head, led.base, led.head) == (5, 7, 5, 7)
+        assert written.removed == old_segments and progress and sum(progress) > 0
+        anchors = read_anchors(log, 5)
+        marker = next(led.read(5, 5))
+        assert (marker.kind, marker.at) == (COMPACTED, 9.0)
+        assert dict(marker.data) == {
+            "reason": "test", "old_base": 1, "old_head": 4, "old_digest": head_digest,
+            "anchors_blake3": blake3.blake3(anchors).hexdigest(), "anchors_frames": 3}
+        assert type(marker.data["anchors_frames"]) is int
+        for _first, last, digest in frames:  # each old frame end, as its header said
+            assert led.anchor_digest(last) == digest
+        kept = list(led.read(6))
+        assert [(e.seq, e.at, e.data["i"]) for e in kept] == [(6, 2.5, 3), (7, 2.5, 4)]
+        assert next(led.read_batches(6, 6)).batch_id == "kept"
+    # the generation it wrote was announced in the lock file first
+    gen = (log / "LOCK").read_bytes()[PID_FIELD:PID_FIELD + GEN_FIELD]
+    assert int.from_bytes(gen, "little") == 5
+
+
+def test_a_second_compaction_carries_the_older_anchors(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with three_batches(log) as led:
+        first_frames = list(led.read_digests())
+        led.start_generation(4, {}, [], at=9.0)  # generation 5: its marker only
+        led.append([Event("a.a", None, {"i": 9})])  # seq 6
+        second = led.start_generation(6, {}, [], at=10.0)
+        assert second.base == 7
+        marker = next(led.read(7, 7))
+        assert marker.data["old_base"] == 5 and marker.data["anchors_frames"] == 5
+        for _f, last, digest in first_frames:  # the first generation's ends are still known
+            assert led.anchor_digest(last) == digest
