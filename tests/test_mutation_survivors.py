@@ -773,3 +773,47 @@ def test_a_doc_matched_exactly_names_no_path_that_is_only_an_ambiguous_alias() -
                             _rdoc("b", 3.0, paths=("lib/x.py",))])
     hits = {h.cache_key: h.matched_paths for h in ix.search("x.py", now=10.0)}
     assert hits == {"a": ("x.py",), "b": ()}
+
+
+def test_every_kind_of_nesting_counts_to_the_same_depth_limit() -> None:
+    """Tuples, tags and the keys of a mapping are levels as maps and lists are: the
+    deepest data each may hold, and one level more refused with the limit named."""
+    import cbor2
+
+    def fits(data: dict[str, Any]) -> bool:
+        try:
+            MemoryLog().append([Event("x.y", None, data)])
+        except InvalidEventError as e:
+            assert str(e) == (
+                f"event data nests deeper than {MAX_DATA_DEPTH} levels of maps and arrays")
+            return False
+        return True
+
+    def nest(k: int, wrap: Any) -> Any:
+        x: Any = 0
+        for _ in range(k):
+            x = wrap(x)
+        return x
+
+    wraps = {  # inside {"v": ...}, which is the first level
+        "list": lambda x: [x], "dict": lambda x: {"n": x}, "tuple": lambda x: (x,),
+        "tag": lambda x: cbor2.CBORTag(4000, x),
+    }
+    for name, wrap in wraps.items():
+        assert fits({"v": nest(MAX_DATA_DEPTH - 1, wrap)}), name
+        assert not fits({"v": nest(MAX_DATA_DEPTH, wrap)}), name
+    # maps under a tuple (data that is not plain is walked by the other walker)
+    assert fits({"v": (nest(MAX_DATA_DEPTH - 2, lambda x: {"n": x}),)})
+    assert not fits({"v": (nest(MAX_DATA_DEPTH - 1, lambda x: {"n": x}),)})
+    # a key of a map is a level below the map, as its value is
+    assert fits({"v": {nest(MAX_DATA_DEPTH - 2, lambda x: (x,)): 0}})
+    assert not fits({"v": {nest(MAX_DATA_DEPTH - 1, lambda x: (x,)): 0}})
+
+
+def test_a_memory_log_says_it_is_closed_and_keeps_its_clock() -> None:
+    log = MemoryLog(clock=lambda: 0.25)
+    assert log.append([Event("x.y", None, {})]).at == 0.25  # a new log's time starts at 0
+    log.close()
+    with pytest.raises(LedgerError) as info:
+        log.append([Event("x.y", None, {})])
+    assert str(info.value) == "log is closed"
