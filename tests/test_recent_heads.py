@@ -113,3 +113,61 @@ def test_a_payload_that_does_not_decode_is_corruption_at_its_frame(tmp_path: Pat
     assert (e.segment, e.offset, e.reason) == (
         path, offsets[1], "payload is not valid CBOR: break code encountered where a data "
         "item was expected")
+
+
+# -- recent_frames: the same, across the segments of a log, up to a limit ---------------
+
+
+def log_of_two_segments(tmp_path: Path) -> tuple[Path, list[tuple[int, int, float, str | None]]]:
+    """A log whose frames fill two segments; its frames' heads, newest first."""
+    from eventstore import Ledger
+
+    log = tmp_path / "log"
+    ticks = iter(range(1, 1000))
+    with Ledger.open(log, segment_bytes=4096, clock=lambda: float(next(ticks))) as led:
+        while len(list(log.glob("*.seg"))) < 2 or led.head < 30:
+            led.append([Event("h.h", None, {"pad": "x" * 300})], batch_id=f"b{led.head + 1}")
+        want = [(b.first_seq, len(b.events), b.at, b.batch_id)
+                for b in reversed(list(led.read_batches()))]
+    return log, want
+
+
+def test_recent_frames_newest_first_across_segments_up_to_a_limit(tmp_path: Path) -> None:
+    from eventstore.segments import list_segments
+    from eventstore.window import recent_frames
+
+    log, want = log_of_two_segments(tmp_path)
+    segs = list_segments(log)
+    base, path = segs[-1]
+    end = path.stat().st_size
+    in_last = sum(1 for f in want if f[0] >= base)
+    for limit in (0, 1, in_last, in_last + 1, len(want), len(want) + 5):
+        assert list(recent_frames(log, base, path, end, limit)) == want[:limit], limit
+    # the active segment read only up to the end its writer knows
+    short = list(recent_frames(log, base, path, SEGMENT_HEADER_SIZE, len(want)))
+    assert short == want[in_last:]
+    # segments past the active one are not read
+    first = segs[0][1]
+    assert list(recent_frames(log, segs[0][0], first, first.stat().st_size, len(want))) == [
+        f for f in want if f[0] < segs[1][0]]
+
+
+def test_recent_frames_names_the_segment_it_could_not_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import eventstore.window as window_mod
+    from eventstore import LedgerIOError
+    from eventstore.segments import list_segments
+
+    log, want = log_of_two_segments(tmp_path)
+    base, path = list_segments(log)[-1]
+
+    def failing(*_a: object, **_k: object) -> Iterator[tuple[int, int, float, str | None]]:
+        raise OSError(errno.EIO, "Input/output error")
+        yield  # a generator, as recent_heads is
+
+    monkeypatch.setattr(window_mod, "recent_heads", failing)
+    with pytest.raises(LedgerIOError) as info:
+        list(window_mod.recent_frames(log, base, path, path.stat().st_size, 5))
+    assert str(info.value) == f"cannot read {path}: Input/output error"
