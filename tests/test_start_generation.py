@@ -98,3 +98,49 @@ def test_a_second_compaction_carries_the_older_anchors(tmp_path: Path) -> None:
         assert marker.data["old_base"] == 5 and marker.data["anchors_frames"] == 5
         for _f, last, digest in first_frames:  # the first generation's ends are still known
             assert led.anchor_digest(last) == digest
+
+
+@pytest.mark.parametrize("error", [OSError(13, "Permission denied"), OSError("refused")],
+                         ids=["errno", "plain"])
+def test_an_empty_next_segment_that_cannot_be_removed_stops_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    """A segment with a whole header and no frame at head + 1 (a roll whose first frame
+    failed) must go before a generation is written there; failing that, nothing moves."""
+    import os
+
+    from eventstore import LedgerIOError
+    from eventstore.frame import encode_segment_header
+    from eventstore.segments import segment_name
+
+    log = tmp_path / "log"
+    with three_batches(log) as led:
+        digest = led.head_digest
+    empty = log / segment_name(5)
+    empty.write_bytes(encode_segment_header(5, digest, 4096))
+    real = os.unlink
+
+    def unlink(path: object, *a: object, **k: object) -> None:
+        if Path(str(path)) == empty:
+            raise error
+        real(path, *a, **k)  # type: ignore[arg-type]
+
+    with Ledger.open(log) as led:
+        assert led.head == 4
+        monkeypatch.setattr(os, "unlink", unlink)
+        with pytest.raises(LedgerIOError) as info:
+            led.start_generation(4, {}, [], at=1.0)
+        monkeypatch.undo()
+        reason = "Permission denied" if error.strerror else "refused"
+        assert str(info.value) == f"cannot remove the empty segment {empty.name}: {reason}"
+        assert empty.exists() and led.base == 1
+        assert led.start_generation(4, {}, [], at=1.0).base == 5  # with the fault gone
+    assert not empty.exists() or empty.read_bytes()[:8] == b"CTXLSEG\x00"
+
+
+def test_read_digests_of_a_seq_range(tmp_path: Path) -> None:
+    with three_batches(tmp_path / "log") as led:
+        every = list(led.read_digests())
+        assert [(f, la) for f, la, _d in every] == [(1, 2), (3, 3), (4, 4)]
+        assert list(led.read_digests(1, 2)) == every[:1]
+        assert list(led.read_digests(2, 3)) == every[:2]
+        assert list(led.read_digests(3)) == every[1:] and list(led.read_digests(5)) == []

@@ -76,6 +76,8 @@ def value_str(ix: RecallIndex, name: str, vid: int) -> str:
 
 def gvalue(ix: RecallIndex, g: int) -> tuple[int, str]:
     """(table index, raw string) of a global value id (cached)."""
+    # (a cache: mutants that miss it, store None in it or clear it at another size
+    # compute the same value again, equivalent)
     got = ix._vcache.get(g)
     if got is None:
         tb = ix._tbase
