@@ -837,3 +837,51 @@ def test_a_batch_over_the_frame_limit_with_its_time_and_id_is_refused_by_size(
         assert str(info.value) == f"batch payload of {size} bytes exceeds the 100-byte frame limit"
         assert log.head == 0
         log.close()
+
+
+def test_flush_syncs_what_was_left_unsynced_once_and_fails_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sync="none"``: a flush syncs the active segment and the segments rolled past
+    (one that vanished meanwhile passed over), then nothing until the next append; a
+    sync that fails poisons the handle, in its own words."""
+    import errno
+
+    from eventstore import LedgerIOError, WriterPoisonedError, _osio
+
+    log = tmp_path / "log"
+    synced: list[int] = []
+    real = _osio.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(_osio, "fdatasync", counting)
+    with Ledger.open(log, sync="none", segment_bytes=4096) as led:
+        while len(list(log.glob("*.seg"))) < 3:
+            led.append([Event("f.f", None, {"pad": "x" * 500})])
+        assert synced == []
+        first = sorted(log.glob("*.seg"))[0]
+        first.rename(tmp_path / "moved.seg")  # as if a compaction had taken it
+        led.flush()
+        assert len(synced) == 2  # the second segment and the active one
+        led.flush()
+        assert len(synced) == 2  # nothing appended since: nothing to sync
+        led.append([Event("f.f", None, {})])
+        led.flush()
+        assert len(synced) == 3
+        led.append([Event("f.f", None, {})])
+
+        def failing(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(_osio, "fdatasync", failing)
+        with pytest.raises(LedgerIOError) as info:
+            led.flush()
+        assert str(info.value) == "flush failed: Input/output error"
+        monkeypatch.setattr(_osio, "fdatasync", counting)
+        with pytest.raises(WriterPoisonedError) as poisoned:
+            led.append([Event("f.f", None, {})])
+        assert str(poisoned.value) == "an fsync failed; reopen the log before appending again"
+        led.flush()  # a poisoned handle's flush does nothing
+        assert len(synced) == 3
