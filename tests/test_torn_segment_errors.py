@@ -147,3 +147,40 @@ def test_a_zero_header_whose_rest_cannot_be_read(tmp_path: Path,
     assert failed and str(info.value) == f"cannot read {torn}: Input/output error"
     assert files(log) == before
     recovers(log, torn, head)
+
+
+# -- last_segment_is_torn: what readers ask of the segment after the one they read ------
+
+
+def test_last_segment_is_torn_answers_for_each_kind_of_file(tmp_path: Path) -> None:
+    from eventstore.frame import encode_segment_header
+    from eventstore.segments import last_segment_is_torn
+
+    seg = tmp_path / "x.seg"
+    assert last_segment_is_torn(seg)  # gone (moved to quarantine/ meanwhile): torn
+    seg.write_bytes(b"")
+    assert last_segment_is_torn(seg)
+    seg.write_bytes(bytes(SEGMENT_HEADER_SIZE))
+    assert last_segment_is_torn(seg)
+    seg.write_bytes(encode_segment_header(1, bytes(32), 4096))  # a whole header: not torn
+    assert not last_segment_is_torn(seg)
+    seg.write_bytes(encode_segment_header(1, bytes(32), 4096)[:30])
+    assert last_segment_is_torn(seg)
+
+
+def test_last_segment_is_torn_names_a_file_it_cannot_open_or_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import eventstore.segments as segments_mod
+
+    seg = tmp_path / "x.seg"
+    seg.write_bytes(bytes(SEGMENT_HEADER_SIZE))
+    failed = fail_on(monkeypatch, os, "open", seg,
+                     PermissionError(errno.EACCES, "Permission denied"))
+    with pytest.raises(LedgerIOError) as info:
+        segments_mod.last_segment_is_torn(seg)
+    assert failed and str(info.value) == f"cannot open {seg}: Permission denied"
+    monkeypatch.undo()
+    fail_on(monkeypatch, segments_mod, "pread_all", seg, OSError(errno.EIO, "Input/output error"))
+    with pytest.raises(LedgerIOError) as info:
+        segments_mod.last_segment_is_torn(seg)
+    assert str(info.value) == f"cannot read {seg}: Input/output error"
