@@ -885,3 +885,16 @@ def test_flush_syncs_what_was_left_unsynced_once_and_fails_closed(
         assert str(poisoned.value) == "an fsync failed; reopen the log before appending again"
         led.flush()  # a poisoned handle's flush does nothing
         assert len(synced) == 3
+
+
+def test_an_eviction_whose_data_is_not_a_map_is_passed_over() -> None:
+    """A crafted log can hold any CBOR as an event's data: a fold reads it as malformed
+    rather than failing on it."""
+    from projections.cache import parse_evict
+
+    key = "ab" * 32
+    assert parse_evict(Event("cache.evicted", key, {"reason": "ttl"})) == (
+        bytes.fromhex(key), "ttl")
+    for data in ([1, 2], "reason", None, {"reason": 3}):
+        assert parse_evict(Event("cache.evicted", key, data)) is None  # type: ignore[arg-type]
+    assert parse_evict(Event("cache.evicted", "zz" * 32, {"reason": "ttl"})) is None

@@ -68,6 +68,10 @@ def test_the_marker_anchors_lock_progress_and_report(tmp_path: Path) -> None:
         written = led.start_generation(4, {"reason": "test"}, [(2.5, "kept", rows(3, 4))],
                                        at=9.0, progress=progress.append)
         assert (written.base, written.head, led.base, led.head) == (5, 7, 5, 7)
+        assert (written.frames, written.events) == (2, 3)  # the marker's frame, the batch's
+        assert written.path == log / "00000000000000000005.seg"
+        assert written.size == len(written.path.read_bytes().rstrip(b"\0"))
+        assert written.digest == led.head_digest
         assert written.removed == old_segments and progress and sum(progress) > 0
         anchors = read_anchors(log, 5)
         marker = next(led.read(5, 5))
