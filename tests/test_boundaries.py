@@ -112,3 +112,34 @@ def test_list_since_and_until_are_inclusive(tmp_path: Path) -> None:
         assert {e.cache_key for e in store.list(until=ats[1])} == set(keys[:2])
         assert {e.cache_key for e in store.list(since=ats[1], until=ats[1])} == {keys[1]}
         assert store.list(since=ats[2] + 1e-3) == [] and store.list(until=ats[0] - 1e-3) == []
+
+
+def test_prune_takes_an_entry_exactly_ttl_seconds_old_and_not_one_a_moment_younger(
+    tmp_path: Path,
+) -> None:
+    """prune agrees with get at the edge: ``ttl`` seconds after its put an entry is
+    expired and pruned; a moment before, it stays. Its report counts what it did."""
+    clock = Clock()
+    clock.now = 1000.0
+    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
+            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=TTL), clock=clock,
+                              log=log) as store:
+        old = store.put({"target": "t", "summary": "old"}).cache_key
+        clock.now = 1000.0 + TTL / 2
+        young = store.put({"target": "u", "summary": "young"}).cache_key
+        clock.now = 1000.0 + TTL - 0.001
+        res = store.prune()
+        assert (res.removed, res.remaining, res.reasons) == (0, 2, {})
+        clock.now = 1000.0 + TTL  # the edge itself for ``old``
+        res = store.prune(ttl=10 * TTL)  # prunes nothing; ``old`` is expired all the same
+        assert (res.removed, res.remaining, res.reasons) == (0, 1, {})
+        res = store.prune()
+        assert (res.removed, res.remaining, res.reasons) == (1, 1, {"expired_ttl": 1})
+        assert store.get(old) is None and store.get(young) is not None
+        # an explicit ttl: the same edge, measured from now
+        res = store.prune(ttl=TTL / 2)
+        assert (res.removed, res.remaining, res.reasons) == (1, 0, {"expired_ttl": 1})
+        for bad in (-1.0, float("nan"), float("inf")):
+            with pytest.raises(ValueError) as info:
+                store.prune(ttl=bad)
+            assert str(info.value) == "ttl must be a non-negative number of seconds"
