@@ -898,3 +898,13 @@ def test_an_eviction_whose_data_is_not_a_map_is_passed_over() -> None:
     for data in ([1, 2], "reason", None, {"reason": 3}):
         assert parse_evict(Event("cache.evicted", key, data)) is None  # type: ignore[arg-type]
     assert parse_evict(Event("cache.evicted", "zz" * 32, {"reason": "ttl"})) is None
+
+
+def test_read_frame_header_past_the_end_of_its_buffer() -> None:
+    """Nothing to walk at ``off`` (at or past the end): the frame's header is incomplete
+    there, by the bytes that are left."""
+    for buf, off, left in ((b"", 0, 0), (b"12345", 5, 0), (b"x" * 10, 3, 7)):
+        with pytest.raises(FrameError) as info:
+            read_frame_header(buf, off)
+        assert (info.value.offset, info.value.reason) == (
+            off, f"incomplete frame header ({left} bytes)")
