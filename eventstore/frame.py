@@ -548,8 +548,8 @@ def read_frame_header(buf: bytes | memoryview, off: int) -> FrameInfo:
     For scans that look for frames anywhere (:func:`has_valid_frame_after`).
     """
     size = len(buf)
-    # (equivalent mutants: any seq when the header is cut short, which the walk refuses
-    # first; any digest or a false verify, as nothing is verified)
+    # (equivalent mutants: any seq when no whole frame is left, which the walk refuses
+    # before it looks at the seq; any digest or a false verify: nothing is verified)
     seq = _COUNTS.unpack_from(buf, off + 8)[2] if size - off >= FRAME_HEADER_SIZE else 0
     for t in walk_frames(buf, off, b"", seq, verify=False):
         return FrameInfo(*t[:5])
