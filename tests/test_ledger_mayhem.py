@@ -911,3 +911,48 @@ def test_a_torn_tail_that_starts_with_zeros_still_goes_to_quarantine(tmp_path: P
         assert [e.data["n"] for e in led.read()] == [1, 2]
         assert led.verify().ok
     assert [p.read_bytes() for p in (tmp_path / "quarantine").iterdir()] == [b"\0\0\0\0\x01"]
+
+
+@needs_proc_fd
+@pytest.mark.parametrize("sync", ["none", "batch", "always"])
+def test_a_torn_tail_cut_is_synced_unless_sync_is_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: str
+) -> None:
+    """The cut segment itself is fsynced right after the cut in every mode but "none"; a
+    tail of zeros only (preallocated space) is cut without a copy."""
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([ev(0)])
+    seg = next(log.glob("*.seg"))
+    end = seg.stat().st_size
+    with open(seg, "ab") as f:
+        f.write(b"half a frame")
+    spy = SyncSpy(monkeypatch, log)
+    with Ledger.open(log, sync=sync) as led:  # type: ignore[arg-type]
+        led.append([ev(1)])
+    ops = [(op, name) for op, name, _ in spy.calls]
+    cut = ops.index(("ftruncate", seg.name))
+    assert (ops[cut + 1:cut + 2] == [("fsync", seg.name)]) == (sync != "none")
+    assert (log / "quarantine" / f"{seg.name}.{end}.torn").read_bytes() == b"half a frame"
+    monkeypatch.undo()
+    check_reopened(log, [0, 1])
+
+
+def test_a_torn_tail_of_any_bytes_is_copied_and_a_failed_cut_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "log"
+    with Ledger.open(log) as led:
+        led.append([ev(0)])
+    seg = next(log.glob("*.seg"))
+    end = seg.stat().st_size
+    with open(seg, "ab") as f:
+        f.write(b"\x01" * 12)
+    monkeypatch.setattr(_osio, "ftruncate", oserror(errno.EIO))
+    with Ledger.open(log) as led:
+        with pytest.raises(LedgerIOError) as info:
+            led.append([ev(1)])
+        assert str(info.value) == f"cannot repair torn tail of {seg}: Input/output error"
+    monkeypatch.undo()
+    assert (log / "quarantine" / f"{seg.name}.{end}.torn").read_bytes() == b"\x01" * 12
+    check_reopened(log, [0])
