@@ -908,3 +908,33 @@ def test_read_frame_header_past_the_end_of_its_buffer() -> None:
             read_frame_header(buf, off)
         assert (info.value.offset, info.value.reason) == (
             off, f"incomplete frame header ({left} bytes)")
+
+
+def test_the_seal_of_a_replaced_segment(tmp_path: Path) -> None:
+    """open_for_seal: a write descriptor, or -1 when there is nothing to open; the seal:
+    ``CTXG`` and the new base (u64, little-endian) at the offset given, nothing for -1."""
+    from eventstore.generation import SEAL_MAGIC, open_for_seal, seal_segment
+
+    seg = tmp_path / "old.seg"
+    seg.write_bytes(b"." * 40)
+    assert open_for_seal(None) == -1 and open_for_seal(tmp_path / "gone.seg") == -1
+    fd = open_for_seal(seg)
+    assert fd >= 0
+    try:
+        seal_segment(fd, 16, 0x0102030405)
+        seal_segment(-1, 0, 7)  # nothing to write through: nothing happens
+    finally:
+        os.close(fd)
+    assert seg.read_bytes() == (b"." * 16 + SEAL_MAGIC + (0x0102030405).to_bytes(8, "little")
+                                + b"." * 12)
+
+
+def test_an_anchors_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    from eventstore import LedgerIOError
+    from eventstore.generation import anchors_name, read_anchors
+
+    assert read_anchors(tmp_path, 5) == b""  # none: a generation without older anchors
+    (tmp_path / anchors_name(5)).mkdir()
+    with pytest.raises(LedgerIOError) as info:
+        read_anchors(tmp_path, 5)
+    assert str(info.value) == f"cannot read {tmp_path / anchors_name(5)}: Is a directory"
