@@ -143,3 +143,31 @@ def test_prune_takes_an_entry_exactly_ttl_seconds_old_and_not_one_a_moment_young
             with pytest.raises(ValueError) as info:
                 store.prune(ttl=bad)
             assert str(info.value) == "ttl must be a non-negative number of seconds"
+
+
+def test_prune_decides_again_when_the_log_moves_and_gives_up_after_100_tries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventstore import HeadMismatchError, LedgerError
+
+    clock = Clock()
+    clock.now = 1000.0
+    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
+            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=TTL), clock=clock,
+                              log=log) as store:
+        store.put({"target": "t", "summary": "old"})
+        clock.now = 1000.0 + TTL
+        tries: list[int | None] = []
+
+        def moved(events: list[Event], *a: object, expected_head: int | None = None,
+                  **k: object) -> None:
+            tries.append(expected_head)
+            raise HeadMismatchError(expected_head or 0, (expected_head or 0) + 1)
+
+        monkeypatch.setattr(store, "_append", moved)
+        with pytest.raises(LedgerError) as info:
+            store.prune()
+        assert str(info.value) == "prune gave up: the log kept moving under it (100 attempts)"
+        assert tries == [1] * 100
+        monkeypatch.undo()
+        assert store.prune().removed == 1  # the log still: done at the first try
