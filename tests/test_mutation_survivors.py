@@ -938,3 +938,15 @@ def test_an_anchors_file_that_cannot_be_read_is_named(tmp_path: Path) -> None:
     with pytest.raises(LedgerIOError) as info:
         read_anchors(tmp_path, 5)
     assert str(info.value) == f"cannot read {tmp_path / anchors_name(5)}: Is a directory"
+
+
+def test_refold_indexes_in_bulk_and_reports_progress(tmp_path: Path) -> None:
+    """A refold hands back states ready to serve: the recall view's documents indexed
+    during the fold (what a rebuild times), and the fold's progress heard."""
+    with ContextStore.open(tmp_path) as st:
+        st.put_many([{"target": "t", "summary": f"entry {i}"} for i in range(5)])
+        heard: list[int] = []
+        fresh, n = st.runner.refold(["recall", "cache"], progress=heard.append)
+        assert n == st.ledger.head and sum(heard) > 0
+        assert fresh["recall"]._pending == {}  # type: ignore[attr-defined]
+        assert len(fresh["recall"].index) == 5  # type: ignore[attr-defined]
