@@ -192,3 +192,32 @@ def test_the_owner_check_is_on_the_store_and_the_log(
     monkeypatch.setattr(os, "stat", stat_)
     with pytest.raises(NotOwnerError, match=f"{log_dir} belongs to uid {foreign}"):
         ContextStore.open(root)
+
+
+def test_mode_warnings_walks_past_links_and_unlistable_dirs_and_quotes_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A symlink is passed over and the walk goes on; a directory it cannot list is
+    named; a path with a space is quoted in the chmod it suggests."""
+    root = tmp_path / "store"
+    root.mkdir(mode=0o700)
+    os.chmod(root, 0o700)
+    (root / "a-link").symlink_to(tmp_path)  # sorts first: the walk must go on after it
+    wide = root / "b wide.txt"
+    wide.write_text("x")
+    os.chmod(wide, 0o644)
+    shut = root / "c-shut"
+    shut.mkdir(mode=0o700)
+    os.chmod(shut, 0o700)
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) == shut:
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert private.mode_warnings(root) == [
+        f"{wide} is mode 0644: group or others can use it "
+        f"(ctxledger makes it 0600; chmod 600 '{wide}')",
+        f"{shut}: cannot list it to check its modes (Permission denied)",
+    ]
