@@ -346,7 +346,7 @@ class Ledger:
             lock.set_generation(base)
         except OSError as e:
             raise LedgerIOError(f"cannot write {lock.path}: {e.strerror or e}") from e
-        self._lock_gen = base
+        self._lock_gen = base  # (None: an equivalent mutant, one more generation check)
 
     def _clear_next_name(self) -> None:
         """Under the lock, before a generation is written at ``head + 1``: a segment that

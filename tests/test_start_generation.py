@@ -148,3 +148,25 @@ def test_read_digests_of_a_seq_range(tmp_path: Path) -> None:
         assert list(led.read_digests(1, 2)) == every[:1]
         assert list(led.read_digests(2, 3)) == every[:2]
         assert list(led.read_digests(3)) == every[1:] and list(led.read_digests(5)) == []
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), OSError("nope")],
+                         ids=["errno", "plain"])
+def test_a_generation_that_cannot_be_announced_is_not_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    from eventstore import LedgerIOError
+    from eventstore.lock import WriterLock
+
+    log = tmp_path / "log"
+    with three_batches(log) as led:
+        before = sorted(p.name for p in log.iterdir())
+
+        def refuse(self: WriterLock, base: int) -> None:
+            raise error
+
+        monkeypatch.setattr(WriterLock, "set_generation", refuse)
+        with pytest.raises(LedgerIOError) as info:
+            led.start_generation(4, {}, [], at=1.0)
+        reason = "No space left on device" if error.strerror else "nope"
+        assert str(info.value) == f"cannot write {log / 'LOCK'}: {reason}"
+        assert sorted(p.name for p in log.iterdir()) == before and led.base == 1
