@@ -950,3 +950,23 @@ def test_refold_indexes_in_bulk_and_reports_progress(tmp_path: Path) -> None:
         assert n == st.ledger.head and sum(heard) > 0
         assert fresh["recall"]._pending == {}  # type: ignore[attr-defined]
         assert len(fresh["recall"].index) == 5  # type: ignore[attr-defined]
+
+
+def test_a_checkpoint_that_cannot_be_discarded_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventstore import LedgerIOError
+
+    d = tmp_path / "checkpoints"
+    ckd = CheckpointDir(d, readonly=False)
+    ckd.write("cache", 1, 0, bytes(32), b"first")
+
+    def refuse(self: Path, missing_ok: bool = False) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    with pytest.raises(LedgerIOError) as info:
+        ckd.discard("cache", "primary")
+    assert str(info.value) == "cannot remove checkpoint cache primary: Permission denied"
+    monkeypatch.undo()
+    CheckpointDir(d, readonly=True).discard("cache", "primary")  # read-only: leaves it
+    assert (d / "cache.ckpt").exists()
