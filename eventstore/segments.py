@@ -516,6 +516,12 @@ def recent_heads(
     of its payload and the footer of the frame before it); stops where the
     chain of footers is unclear. Raises ``OSError``; a payload that does not
     decode is ``CorruptLogError``.
+
+    The head read from the prefetched bytes is a shortcut (without it the payload is
+    decoded), and each bound is checked again by the step after it (a frame is never
+    exactly 64 bytes; the frame before the first is the segment's header), so mutants
+    that drop the shortcut, read more or fewer bytes for it, or shift those bounds are
+    equivalent (.ci/mutants-equivalent).
     """
     pos = end
     if pos - start < FRAME_OVERHEAD:
