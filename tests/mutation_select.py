@@ -15,9 +15,10 @@ that copy: the working tree may change while a run goes on. Where the answer is
 not sure the selection is left as mutmut made it: no map, a mutated function
 that reads otherwise than when the map was made, a change in a function's signature
 or decorators (evaluated when the module loads, not when a test runs), or a
-mutant whose lines cannot be found. A mutant whose statements no test runs gets
-no test at all: mutmut reports it as "no tests", which the figures count as
-not killed.
+mutant whose lines cannot be found, or one whose statements no test ran under
+coverage: coverage does not follow a thread started with ``_thread`` (the
+checkpoint prefetch's), so "no test" may mean "not seen", and mutmut's own
+selection (the tests that called the function) decides.
 """
 
 from __future__ import annotations
@@ -245,7 +246,11 @@ def narrow(mutant: str, mutants_dir: Path) -> set[str] | None:
     if data is None:
         return None  # not measured
     tests = data["tests"]
-    return {tests[i] for s in stmts for i in data["lines"].get(str(s), ())}
+    keep = {tests[i] for s in stmts for i in data["lines"].get(str(s), ())}
+    # no test ran them under coverage: code on a thread coverage does not follow (the
+    # checkpoint prefetch's, started with _thread) looks the same as code no test
+    # reaches, so mutmut's own selection decides
+    return keep or None
 
 
 def main(argv: list[str]) -> int:

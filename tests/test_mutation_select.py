@@ -134,7 +134,9 @@ def test_narrow_keeps_the_tests_that_run_the_changed_statement(tmp_path: Path) -
     _write_map(root, mutants, {6: ["t::a", "t::b"], 7: ["t::b"], 11: ["t::a"]})
     assert narrow("pkg.mod.x_f__mutmut_1", mutants) == {"t::a", "t::b"}
     assert narrow("pkg.mod.x_f__mutmut_2", mutants) == {"t::b"}
-    assert narrow("pkg.mod.x_f__mutmut_3", mutants) == set()  # line 9: no test runs it
+    # line 9: no test ran it under coverage (or not on a thread coverage follows): the
+    # function-level selection decides
+    assert narrow("pkg.mod.x_f__mutmut_3", mutants) is None
     assert narrow("pkg.mod.x_f__mutmut_4", mutants) is None  # the signature
     assert narrow("pkg.mod.x_f__mutmut_5", mutants) == {"t::a"}
     assert narrow("pkg.mod.x_f__mutmut_99", mutants) is None  # unknown mutant
