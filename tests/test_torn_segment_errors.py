@@ -184,3 +184,43 @@ def test_last_segment_is_torn_names_a_file_it_cannot_open_or_read(
     with pytest.raises(LedgerIOError) as info:
         segments_mod.last_segment_is_torn(seg)
     assert str(info.value) == f"cannot read {seg}: Input/output error"
+
+
+# -- following another writer's roll: a next segment that does not continue the log ----
+
+
+def full_segment_log(tmp_path: Path) -> tuple[Path, int, bytes]:
+    """A log whose only segment is full (the next append would roll): its head and digest."""
+    from eventstore.segments import segment_content
+
+    log = tmp_path / "log"
+    with Ledger.open(log, segment_bytes=4096) as led:
+        while not list(log.glob("*.seg")) or len(segment_content(next(log.glob("*.seg")))) < 4096:
+            led.append([Event("roll.test", None, {"pad": "x" * 300})])
+        assert len(list(log.glob("*.seg"))) == 1
+        return log, led.head, led.head_digest
+
+
+@pytest.mark.parametrize("case", ["prev", "base"])
+def test_a_next_segment_that_does_not_continue_the_log_fails_closed(
+        tmp_path: Path, case: str) -> None:
+    from eventstore import CorruptLogError
+    from eventstore.frame import encode_segment_header
+    from eventstore.segments import segment_name
+
+    log, head, digest = full_segment_log(tmp_path)
+    with Ledger.open(log, readonly=True) as reader:
+        assert reader.head == head
+        base = head + 1 if case == "prev" else head + 5
+        prev = bytes(32) if case == "prev" else digest
+        if case == "base":  # the roll's segment, still empty, then one past a gap
+            (log / segment_name(head + 1)).write_bytes(
+                encode_segment_header(head + 1, digest, 4096))
+        nxt = log / segment_name(base)
+        nxt.write_bytes(encode_segment_header(base, prev, 4096))
+        with pytest.raises(CorruptLogError) as info:
+            reader.head  # noqa: B018  (a look at the head follows the roll)
+        e = info.value
+        why = ("segment does not chain to the one before it" if case == "prev"
+               else f"segment starts at seq {base}, expected {head + 1}")
+        assert (e.segment, e.offset, e.reason) == (nxt, 0, why)
