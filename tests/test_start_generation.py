@@ -170,3 +170,24 @@ def test_a_generation_that_cannot_be_announced_is_not_written(
         reason = "No space left on device" if error.strerror else "nope"
         assert str(info.value) == f"cannot write {log / 'LOCK'}: {reason}"
         assert sorted(p.name for p in log.iterdir()) == before and led.base == 1
+
+
+def test_a_handle_that_follows_a_new_generation_lets_go_of_the_old_segments(
+        tmp_path: Path) -> None:
+    """Point reads keep segments open; a handle that moves on to a newer generation (a
+    compaction by another handle) closes them: no descriptor left on a removed file."""
+    import os
+
+    log = tmp_path / "log"
+    with three_batches(log) as writer, Ledger.open(log) as reader:
+        assert reader.read_raw(1) is not None  # holds the first segment open
+        writer.start_generation(4, {}, [], at=9.0)
+        assert reader.base == 5 and reader.read_raw(5) is not None
+        fds = os.listdir("/proc/self/fd")
+        held = []
+        for fd in fds:
+            try:
+                held.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        assert not [h for h in held if h.endswith(" (deleted)") and str(log) in h]
