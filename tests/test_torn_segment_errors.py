@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import eventstore.segments as segments_mod
 import eventstore.writer as writer_mod
 from eventstore import Event, Ledger, LedgerIOError
 from eventstore.frame import SEGMENT_HEADER_SIZE
@@ -71,80 +72,40 @@ def fail_on(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, target: Pat
     return failed
 
 
-def test_a_torn_segment_that_cannot_be_opened(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+# the call that fails (module, name, which argument is the torn segment), the error,
+# and the words the writer says: "{torn}" is the segment's path, "{name}" its name
+FAULTS = {
+    "open": (lambda: os, "open", 0, PermissionError(errno.EACCES, "Permission denied"),
+             "cannot open {torn}: Permission denied"),
+    "read": (lambda: writer_mod, "pread_all", 0, OSError(errno.EIO, "Input/output error"),
+             "cannot read {torn}: Input/output error"),
+    # a zero header makes the writer read the whole file (a frame after it would make
+    # the segment real): that read's failure names the segment too
+    "read-whole": (lambda: segments_mod, "pread_all", 0,
+                   OSError(errno.EIO, "Input/output error"),
+                   "cannot read {torn}: Input/output error"),
+    "move": (lambda: writer_mod, "quarantine_file", 1,
+             OSError(errno.EROFS, "Read-only file system"),
+             "cannot move the torn segment {name} to quarantine/: Read-only file system"),
+    "move-no-errno": (lambda: writer_mod, "quarantine_file", 1,
+                      OSError("no room in quarantine/"),
+                      "cannot move the torn segment {name} to quarantine/: no room in quarantine/"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_torn_segment_that_cannot_be_set_aside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 fault: str) -> None:
+    module, name, arg, error, words = FAULTS[fault]
     log, torn, head = torn_log(tmp_path)
     before = files(log)
     with Ledger.open(log) as led:
         assert led.head == head  # found torn and passed over while opening
-        failed = fail_on(monkeypatch, os, "open", torn,
-                         PermissionError(errno.EACCES, "Permission denied"))
+        failed = fail_on(monkeypatch, module(), name, torn, error, arg=arg)
         with pytest.raises(LedgerIOError) as info:
             led.append([ev(2)])
         monkeypatch.undo()
-    assert failed and str(info.value) == f"cannot open {torn}: Permission denied"
-    assert files(log) == before
-    recovers(log, torn, head)
-
-
-def test_a_torn_segment_that_cannot_be_read(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    log, torn, head = torn_log(tmp_path)
-    before = files(log)
-    with Ledger.open(log) as led:
-        failed = fail_on(monkeypatch, writer_mod, "pread_all", torn,
-                         OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(LedgerIOError) as info:
-            led.append([ev(2)])
-        monkeypatch.undo()
-    assert failed and str(info.value) == f"cannot read {torn}: Input/output error"
-    assert files(log) == before
-    recovers(log, torn, head)
-
-
-def test_a_torn_segment_that_cannot_be_moved(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    log, torn, head = torn_log(tmp_path)
-    before = files(log)
-    with Ledger.open(log) as led:
-        failed = fail_on(monkeypatch, writer_mod, "quarantine_file", torn,
-                         OSError(errno.EROFS, "Read-only file system"), arg=1)
-        with pytest.raises(LedgerIOError) as info:
-            led.append([ev(2)])
-        monkeypatch.undo()
-    assert failed and str(info.value) == (
-        f"cannot move the torn segment {torn.name} to quarantine/: Read-only file system")
-    assert files(log) == before
-    recovers(log, torn, head)
-
-
-def test_a_failed_move_without_the_systems_words_names_the_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    log, torn, _head = torn_log(tmp_path)
-    with Ledger.open(log) as led:
-        fail_on(monkeypatch, writer_mod, "quarantine_file", torn,
-                OSError("no room in quarantine/"), arg=1)
-        with pytest.raises(LedgerIOError) as info:
-            led.append([ev(2)])
-    assert str(info.value) == (
-        f"cannot move the torn segment {torn.name} to quarantine/: no room in quarantine/")
-
-
-def test_a_zero_header_whose_rest_cannot_be_read(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A zero header makes the writer read the whole file (a frame after it would make the
-    segment real); that read's failure names the segment too."""
-    import eventstore.segments as segments_mod
-
-    log, torn, head = torn_log(tmp_path)
-    before = files(log)
-    with Ledger.open(log) as led:
-        failed = fail_on(monkeypatch, segments_mod, "pread_all", torn,
-                         OSError(errno.EIO, "Input/output error"))
-        with pytest.raises(LedgerIOError) as info:
-            led.append([ev(2)])
-        monkeypatch.undo()
-    assert failed and str(info.value) == f"cannot read {torn}: Input/output error"
+    assert failed and str(info.value) == words.format(torn=torn, name=torn.name)
     assert files(log) == before
     recovers(log, torn, head)
 
@@ -170,7 +131,6 @@ def test_last_segment_is_torn_answers_for_each_kind_of_file(tmp_path: Path) -> N
 
 def test_last_segment_is_torn_names_a_file_it_cannot_open_or_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import eventstore.segments as segments_mod
 
     seg = tmp_path / "x.seg"
     seg.write_bytes(bytes(SEGMENT_HEADER_SIZE))
