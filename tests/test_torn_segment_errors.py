@@ -131,7 +131,6 @@ def test_last_segment_is_torn_answers_for_each_kind_of_file(tmp_path: Path) -> N
 
 def test_last_segment_is_torn_names_a_file_it_cannot_open_or_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-
     seg = tmp_path / "x.seg"
     seg.write_bytes(bytes(SEGMENT_HEADER_SIZE))
     failed = fail_on(monkeypatch, os, "open", seg,
