@@ -10,6 +10,8 @@ one-line mutant that survived the whole suite once (a flipped comparison, a drop
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -50,12 +52,19 @@ class Clock:
         return self.now
 
 
+@contextmanager
+def clocked_store(tmp_path: Path, clock: Clock, ttl: float = TTL) -> Iterator[ContextStore]:
+    """A store whose log and views both read ``clock`` (puts are stamped with it)."""
+    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
+            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=ttl), clock=clock,
+                              log=log) as store:
+        yield store
+
+
 def test_an_entry_expires_exactly_ttl_seconds_after_its_put(tmp_path: Path) -> None:
     clock = Clock()
     clock.now = 1000.0  # (now - ttl) is then exactly the put's time: the edge itself
-    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
-            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=TTL), clock=clock,
-                              log=log) as store:
+    with clocked_store(tmp_path, clock) as store:
         key = store.put({"target": "t", "summary": "edge"}).cache_key
         assert next(iter(store.ledger.read(1, 1))).at == 1000.0
         clock.now = 1000.0 + TTL
@@ -74,9 +83,7 @@ def test_recall_with_superseded_entries_expires_exactly_ttl_seconds_after_the_pu
     """The same edge when memory ranking judges supersession (two puts, one dedupe key)."""
     clock = Clock()
     clock.now = 1000.0
-    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
-            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=TTL), clock=clock,
-                              log=log) as store:
+    with clocked_store(tmp_path, clock) as store:
         old = store.put({"target": "t", "summary": "edge v1", "dedupe_key": "d"}).cache_key
         clock.now = 1050.0
         new = store.put({"target": "t", "summary": "edge v2", "dedupe_key": "d"}).cache_key
@@ -98,9 +105,7 @@ def test_recall_with_superseded_entries_expires_exactly_ttl_seconds_after_the_pu
 def test_list_since_and_until_are_inclusive(tmp_path: Path) -> None:
     clock = Clock()
     clock.now = 1000.0
-    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
-            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=1e9), clock=clock,
-                              log=log) as store:
+    with clocked_store(tmp_path, clock, ttl=1e9) as store:
         keys = []
         for i in range(3):  # the log stamps each batch with the clock: 1000, 2000, 3000
             keys.append(store.put({"target": "t", "summary": f"p{i}"}).cache_key)
@@ -121,9 +126,7 @@ def test_prune_takes_an_entry_exactly_ttl_seconds_old_and_not_one_a_moment_young
     expired and pruned; a moment before, it stays. Its report counts what it did."""
     clock = Clock()
     clock.now = 1000.0
-    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
-            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=TTL), clock=clock,
-                              log=log) as store:
+    with clocked_store(tmp_path, clock) as store:
         old = store.put({"target": "t", "summary": "old"}).cache_key
         clock.now = 1000.0 + TTL / 2
         young = store.put({"target": "u", "summary": "young"}).cache_key
@@ -152,9 +155,7 @@ def test_prune_decides_again_when_the_log_moves_and_gives_up_after_100_tries(
 
     clock = Clock()
     clock.now = 1000.0
-    with Ledger.open(tmp_path / ".ctxledger" / "log", clock=clock) as log, \
-            ContextStore.open(tmp_path, config=StoreConfig(ttl_seconds=TTL), clock=clock,
-                              log=log) as store:
+    with clocked_store(tmp_path, clock) as store:
         store.put({"target": "t", "summary": "old"})
         clock.now = 1000.0 + TTL
         tries: list[int | None] = []
