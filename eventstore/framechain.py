@@ -152,10 +152,11 @@ class FrameChain:
         frame, first, where = self.frames[i], self.firsts[i], self.offsets[i]
         try:
             info = read_frame_header(frame, 0)
-            if info.first_seq != first:
-                raise FrameError(0, f"frame starts at seq {info.first_seq}, expected {first}")
         except FrameError as e:  # about the frame at 0: its offset is the frame's own
             raise CorruptLogError(self.name, where, e.reason) from None
+        if info.first_seq != first:
+            raise CorruptLogError(self.name, where,
+                                  f"frame starts at seq {info.first_seq}, expected {first}")
         payload = payload_of(frame, info)
         head = payload_head_fast(payload)
         span = row_bounds(payload, seq - info.first_seq)

@@ -195,6 +195,7 @@ def write_generation(
     final = log_dir / segment_name(base)
     tmp = log_dir / (segment_name(base) + ".tmp")
     seq, digest, frames, events = base, prev_digest, 0, 0
+    renamed = False
     try:
         if anchors is not None:
             _durable_file(log_dir / anchors_name(base), anchors)
@@ -224,13 +225,14 @@ def write_generation(
         if os.path.lexists(final):  # never replace a segment
             raise FileExistsError(f"{final.name} already exists")
         _osio.replace(tmp, final)  # the commit point
+        renamed = True
         _osio.fsync_dir(log_dir)
     except OSError as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        if os.path.exists(final):
+        if renamed:  # (not "final exists": a segment already there was never replaced)
             # renamed, but the directory sync failed: the new generation may or may not
             # survive a power cut; in this process it is the log
             raise LedgerIOError(

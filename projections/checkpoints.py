@@ -348,10 +348,9 @@ class _Prefetch:
         return self._raw, self._ident, self._digest
 
 
-def _checksum(raw: memoryview) -> bytes | None:
-    """blake3 of everything but the stored checksum (None: too short to hold one)."""
-    if len(raw) < len(MAGIC) + 4 + SUM_SIZE:
-        return None
+def _checksum(raw: memoryview) -> bytes:
+    """blake3 of everything but the stored checksum. (Of a file too short to hold one,
+    some digest: :func:`_decode` refuses such a file before it looks at any.)"""
     return blake3.blake3(raw[: len(raw) - SUM_SIZE]).digest()
 
 
@@ -369,7 +368,7 @@ def _decode(
         return None, "not a checkpoint"
     body_end = len(raw) - SUM_SIZE
     if digest is None:
-        digest = blake3.blake3(raw[:body_end]).digest()
+        digest = _checksum(raw)
     if digest != raw[body_end:]:
         return None, "checksum mismatch"
     (hlen,) = _LEN.unpack_from(raw, 8)

@@ -51,6 +51,26 @@ if "MUTANT_UNDER_TEST" in os.environ:
             if keep is not None:
                 config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in keep])
                 items[:] = [i for i in items if i.nodeid in keep]
+            # a mutant that loops: stopped in the test it loops in (mutation_select.py);
+            # mutmut's own limit, set in this process before pytest started, stays above
+            import resource
+
+            from mutation_select import cpu_limits, cpu_used, load_seconds
+
+            _CPU_CEILING[:] = [resource.getrlimit(resource.RLIMIT_CPU)[0]]
+            _CPU_LIMITS.clear()
+            _CPU_LIMITS.update(cpu_limits([i.nodeid for i in items], load_seconds(here.parent),
+                                          cpu_used()))
+
+    _CPU_LIMITS: dict[str, int] = {}  # node id -> CPU seconds by the end of that test
+    _CPU_CEILING: list[int] = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        if _CPU_CEILING:
+            from mutation_select import limit_cpu
+
+            limit_cpu(_CPU_LIMITS.get(item.nodeid), _CPU_CEILING[0])
 
 if TYPE_CHECKING:
     from natscluster import NatsCluster

@@ -27,6 +27,7 @@ import ast
 import difflib
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -37,6 +38,11 @@ from typing import Any
 MAP_DIR = "line-tests"
 MAP_VERSION = 2
 SNAPSHOT = ".src"  # beside each map, the source it was made from
+SECONDS = "seconds.json"  # each test's time in the coverage run (setup, call, teardown)
+# A mutant's run may spend BUDGET_FACTOR x what its tests took in the coverage run, plus
+# BUDGET_SLACK seconds, of CPU time by the end of each test (see cpu_limits)
+BUDGET_FACTOR = 3.0
+BUDGET_SLACK = 3.0
 
 
 def _digest(path: Path) -> str:
@@ -62,6 +68,7 @@ def collect(root: Path, out: Path, sources: list[str], pytest_args: list[str]) -
     # project code (tmp_path_factory, which every test's home needs) shares nothing.
     users: dict[str, set[str]] = {}  # fixture context -> the tests using the fixture
     current = [""]  # the test being run, then the fixture contexts open inside it
+    seconds: dict[str, float] = {}  # node id -> its setup, call and teardown time
 
     def fixture_context(fixturedef: Any, nodeid: str) -> str | None:
         if fixturedef.scope == "function":
@@ -104,6 +111,9 @@ def collect(root: Path, out: Path, sources: list[str], pytest_args: list[str]) -
             if fixture_context(fixturedef, current[0]) is not None:
                 cov.switch_context(current[-1])
 
+        def pytest_runtest_logreport(self, report: Any) -> None:
+            seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
+
     cov.start()
     try:
         code = int(pytest.main(pytest_args, plugins=[Contexts()]))
@@ -128,6 +138,7 @@ def collect(root: Path, out: Path, sources: list[str], pytest_args: list[str]) -
         # the source the map's line numbers are of: a mutant is placed in it, not in the
         # working tree, which may change while a run goes on
         shutil.copyfile(measured, out / (rel + SNAPSHOT))
+    (out / SECONDS).write_text(json.dumps(seconds))
     return code
 
 
@@ -251,6 +262,56 @@ def narrow(mutant: str, mutants_dir: Path) -> set[str] | None:
     # checkpoint prefetch's, started with _thread) looks the same as code no test
     # reaches, so mutmut's own selection decides
     return keep or None
+
+
+# -- a mutant that loops: stopped by its tests' own times ------------------------------
+
+
+def cpu_limits(order: list[str], seconds: dict[str, float], start: float,
+               factor: float = BUDGET_FACTOR, slack: float = BUDGET_SLACK) -> dict[str, int]:
+    """Per test of a mutant's run (in run order), the process CPU seconds it may have
+    used by the end of that test: ``start`` + ``slack`` + ``factor`` x the coverage-run
+    times of the tests so far. A mutant that loops is stopped (SIGXCPU, which mutmut
+    counts as a timeout) in the first test it loops in, not at mutmut's limit for the
+    whole unnarrowed selection (minutes for the frame codec). From the first test with
+    no recorded time on, no limit of ours (mutmut's stays)."""
+    limits: dict[str, int] = {}
+    spent = 0.0
+    for nodeid in order:
+        took = seconds.get(nodeid)
+        if took is None:
+            break
+        spent += took
+        limits[nodeid] = math.ceil(start + slack + factor * spent)
+    return limits
+
+
+def load_seconds(mutants_dir: Path) -> dict[str, float]:
+    """The tests' coverage-run times ``collect`` wrote (empty without them)."""
+    try:
+        data = json.loads((mutants_dir / MAP_DIR / SECONDS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def cpu_used() -> float:
+    """This process's CPU time (user + system): what RLIMIT_CPU is measured against."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def limit_cpu(limit: int | None, ceiling: int) -> None:
+    """Set RLIMIT_CPU's soft limit to ``limit``, never above ``ceiling`` (the soft limit
+    mutmut set: it stays the outer bound); None sets ``ceiling`` back."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if limit is None or (ceiling != resource.RLIM_INFINITY and limit > ceiling):
+        limit = ceiling
+    resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
 
 
 def main(argv: list[str]) -> int:

@@ -169,3 +169,14 @@ def test_a_slot_holding_two_frames_is_damage() -> None:
         c.checked(1)
     assert (info.value.offset, info.value.reason) == (c.offsets[1],
                                                       "frame does not fill its slot")
+
+
+def test_junk_after_a_frame_in_its_slot_is_damage_at_the_junk() -> None:
+    """The walk fails inside the slot, past the frame: the offset is the junk's own
+    (the slot's offset plus where the walk failed in it)."""
+    c, _ = chain()
+    frame_len = len(c.frames[1])
+    replaced(c, 1, c.frames[1] + b"\x00" * 100)
+    with pytest.raises(CorruptLogError) as info:
+        c.checked(1)
+    assert info.value.offset == c.offsets[1] + frame_len > c.offsets[1]

@@ -11,10 +11,13 @@ import pytest
 from mutation_select import (
     MAP_DIR,
     MAP_VERSION,
+    SECONDS,
     SNAPSHOT,
     _digest,
     _snapshot,
     changed_statements,
+    cpu_limits,
+    load_seconds,
     mutant_file,
     narrow,
 )
@@ -214,3 +217,53 @@ def test_collect_maps_each_statement_to_the_tests_that_run_it(tmp_path: Path) ->
                    14: {"test_shared_first", "test_shared_second"},
                    18: {"test_two", "test_three"}}
     assert not (tmp_path / "mutants" / (MAP_DIR + ".tmp")).exists()
+    # each test's time (what a mutant's run may spend is made of them), no deselected one
+    seconds = load_seconds(tmp_path / "mutants")
+    assert {k.split("::")[1] for k in seconds} == {
+        "test_one", "test_two", "test_shared_first", "test_shared_second", "test_three"}
+    assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
+
+
+def test_cpu_limits_add_up_the_tests_times_in_run_order() -> None:
+    """Each test's limit is the start, the slack and factor x the times so far (rounded
+    up); from the first test with no time on, no limit of ours."""
+    seconds = {"a": 0.5, "b": 0.25, "d": 1.0}
+    assert cpu_limits(["a", "b", "c", "d"], seconds, start=10.2, factor=3, slack=2) == {
+        "a": 14, "b": 15}
+    assert cpu_limits(["b", "a"], seconds, start=0.0, factor=3, slack=2) == {"b": 3, "a": 5}
+    assert cpu_limits([], seconds, start=1.0) == {}
+
+
+def test_load_seconds_without_a_file_or_with_a_broken_one(tmp_path: Path) -> None:
+    assert load_seconds(tmp_path) == {}
+    (tmp_path / MAP_DIR).mkdir()
+    (tmp_path / MAP_DIR / SECONDS).write_text("[1, 2")
+    assert load_seconds(tmp_path) == {}
+    (tmp_path / MAP_DIR / SECONDS).write_text('{"t": 1.5}')
+    assert load_seconds(tmp_path) == {"t": 1.5}
+
+
+def test_a_loop_past_its_limit_is_stopped_by_sigxcpu() -> None:
+    """limit_cpu lowers the soft limit below the one mutmut set (never above it), and
+    the kernel stops the looping process with SIGXCPU: mutmut's "timeout"."""
+    import signal
+    import subprocess
+    import sys
+
+    here = Path(__file__).parent
+    code = (
+        "import resource, sys\n"
+        f"sys.path.insert(0, {str(here)!r})\n"
+        "from mutation_select import cpu_used, limit_cpu\n"
+        "resource.setrlimit(resource.RLIMIT_CPU, (60, 61))  # mutmut's\n"
+        "limit_cpu(10**6, 60)\n"
+        "assert resource.getrlimit(resource.RLIMIT_CPU) == (60, 61)\n"
+        "limit_cpu(5, 60)\n"
+        "assert resource.getrlimit(resource.RLIMIT_CPU) == (5, 61)\n"
+        "limit_cpu(None, 60)\n"
+        "assert resource.getrlimit(resource.RLIMIT_CPU) == (60, 61)\n"
+        "limit_cpu(int(cpu_used()) + 1, 60)\n"
+        "while True:\n"
+        "    pass\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGXCPU, done.stderr

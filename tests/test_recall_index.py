@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -494,3 +495,52 @@ def test_a_strategys_off_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch, na
     with thresholds(**off):
         assert idx.rank(limit=5, **q) == want  # type: ignore[arg-type]
     assert not calls, f"{name} ran although switched off by {off}"
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["built", "added"])
+def test_one_words_symbol_matches_at_each_level(delta: bool) -> None:
+    """``match_word``'s calls, level by level: a symbol equal to the word, starting with
+    it, containing it, for docs in the built part and docs added since; a two-letter
+    word matches whole symbols only. (The hypothesis test above checks which docs
+    match, not at which level; under mutation testing it runs 10 examples.)"""
+    from projections.recall.match import match_word
+    from projections.recall.scoring import QueryState
+
+    docs = [doc("exact", "x", 1.0, symbols=("read_frame",)),
+            doc("prefix", "x", 2.0, symbols=("read_frame_header",)),
+            doc("contains", "x", 3.0, symbols=("unread_frame_x",)),
+            doc("two", "x", 4.0, symbols=("io",)),
+            doc("none", "x", 5.0, symbols=("zzz",))]
+    idx = RecallIndex.build([] if delta else docs)
+    for d in docs if delta else ():
+        idx.add(d)
+
+    def calls(word: str) -> tuple[list[tuple[list[str], float, str]], list[Any]]:
+        """What ``add`` was given, and the rules the query state noted (1: partial)."""
+        got: list[tuple[list[str], float, str]] = []
+        q = QueryState()
+        match_word(idx, word, q, lambda ds, b, kind: got.append(
+            (sorted(idx._key_of(d) for d in ds), b, kind)))
+        return got, [r for r in q.rules if r[0] == "sym"]
+
+    assert calls("read_frame") == ([
+        (["exact"], BOOSTS["symbol_exact"], "sym"),
+        (["prefix"], BOOSTS["symbol_prefix"], "sym"),
+        (["contains"], BOOSTS["symbol_contains"], "sym")], [("sym", "read_frame", 1)])
+    assert calls("io") == ([(["two"], BOOSTS["symbol_exact"], "sym")], [("sym", "io", 0)])
+    assert calls("i") == ([], [])
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["built", "added"])
+def test_values_with_a_lone_surrogate_match_exactly(delta: bool) -> None:
+    """A path from a file name that is not UTF-8 (decoded with surrogateescape) and
+    the symbol, test and task values beside it: each is found by itself."""
+    d = doc("s", "x", 1.0, paths=("src/b\udcffad.py",), symbols=("na\udcffme",),
+            tests=("test_\udcffx",), tasks=("task-\udcff",))
+    idx = RecallIndex.build([] if delta else [d])
+    if delta:
+        idx.add(d)
+    for word, reason in (("src/b\udcffad.py", "path_match"), ("na\udcffme", "symbol_match"),
+                         ("test_\udcffx", "test_match"), ("task-\udcff", "task_match")):
+        hits = idx.search(word)
+        assert keys(hits) == ["s"] and reason in hits[0].match_reasons, word

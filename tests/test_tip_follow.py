@@ -1,0 +1,149 @@
+"""A handle following another writer into the next segment (``Tip._move_on`` and
+``_switch_to``): a segment created but not yet written, a torn one replaced by a good
+one, and damage in the segment it moves into, named by that segment's file. Mutation
+testing found these reached only by whole-log tests that never stop at those points
+(docs/reliability.md)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eventstore import CorruptLogError, Event, Ledger, LedgerIOError
+from eventstore import tip as tip_mod
+from eventstore.event import encode_batch
+from eventstore.frame import encode_frame_parts, encode_segment_header, payload_prefix
+from eventstore.segments import segment_name
+
+ROLL = 4096
+
+
+def ev(i: int) -> Event:
+    return Event("tip.test", None, {"i": i, "pad": "x" * 400})
+
+
+def open_log(path: Path) -> Ledger:
+    return Ledger.open(path, sync="none", segment_bytes=ROLL)
+
+
+def fill_first_segment(log: Ledger) -> int:
+    """Append until the first segment is full (the next append rolls); its last seq."""
+    first = log.log_dir / segment_name(1)
+    while not first.exists() or first.stat().st_size < ROLL:
+        log.append([ev(log.head + 1)])
+    assert sorted(p.name for p in log.log_dir.glob("*.seg")) == [segment_name(1)]
+    return log.head
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> Iterator[tuple[Ledger, Ledger, int]]:
+    """A writer that filled the first segment, a second handle at its end."""
+    a = open_log(tmp_path)
+    k = fill_first_segment(a)
+    b = open_log(tmp_path)
+    assert b.head == k
+    try:
+        yield a, b, k
+    finally:
+        a.close()
+        b.close()
+
+
+def frame(prev: bytes, first: int, payload: bytes | None = None) -> tuple[bytes, bytes]:
+    if payload is None:
+        rows, _ = encode_batch([ev(first)], None)
+        payload = payload_prefix(1.0, None) + rows
+    return encode_frame_parts(prev, first, 1, (payload,))
+
+
+def test_a_segment_created_but_not_yet_written(two: tuple[Ledger, Ledger, int]) -> None:
+    """The next segment has its header only: the follower moves into it and its head
+    stays at the last seq of the full one, then follows the first frame written there."""
+    a, b, k = two
+    (a.log_dir / segment_name(k + 1)).write_bytes(
+        encode_segment_header(k + 1, d0(a, k), ROLL))
+    assert b.head == k
+    assert a.append([ev(k + 1)]).first_seq == k + 1
+    assert b.head == k + 1
+    assert [e.seq for e in b.read(k)] == [k, k + 1]
+
+
+def test_a_torn_next_segment_replaced_by_a_good_one_is_not_set_aside(tmp_path: Path) -> None:
+    """A handle that saw the next segment torn (created, power cut before its header)
+    and then saw another writer replace it with a good one must forget the torn one:
+    its next append must not set the good segment aside."""
+    a = open_log(tmp_path)
+    k = fill_first_segment(a)
+    a.close()
+    (tmp_path / segment_name(k + 1)).write_bytes(b"")  # torn: not even a header
+    b = open_log(tmp_path)
+    assert b.head == k
+    a = open_log(tmp_path)
+    assert a.append([ev(k + 1)]).first_seq == k + 1  # sets the torn file aside, writes anew
+    assert b.head == k + 1
+    assert b.append([ev(k + 2)]).first_seq == k + 2
+    a.close()
+    b.close()
+    with open_log(tmp_path) as c:
+        assert [e.data["i"] for e in c.read()] == list(range(1, k + 3))
+    assert len(list((tmp_path / "quarantine").iterdir())) == 1
+
+
+def test_damage_in_the_segment_moved_into_names_that_segment(
+        two: tuple[Ledger, Ledger, int]) -> None:
+    """A frame whose bytes do not match its digest, a good one after it: corruption in
+    the new segment, reported at that segment (not the one the handle left)."""
+    a, b, k = two
+    f1, d1 = frame(d0(a, k), k + 1)
+    f2, _ = frame(d1, k + 2)
+    bad = bytearray(f1)
+    bad[-20] ^= 0xFF  # a payload byte
+    seg = b.log_dir / segment_name(k + 1)
+    seg.write_bytes(encode_segment_header(k + 1, d0(a, k), ROLL) + bytes(bad) + f2)
+    with pytest.raises(CorruptLogError) as err:
+        _ = b.head
+    assert err.value.segment == seg
+
+
+def d0(log: Ledger, k: int) -> bytes:
+    digest = log.digest_at(k)
+    assert digest is not None
+    return digest
+
+
+def test_a_batch_whose_head_does_not_decode_names_the_segment(tmp_path: Path) -> None:
+    """A frame that chains but whose payload does not start as a batch does: the
+    follower that keeps batch ids reports it at the segment it moved into."""
+    b = open_log(tmp_path)
+    b.append([ev(1)], batch_id="loads-the-window")  # b now keeps batch ids
+    k = fill_first_segment(b)
+    seg = tmp_path / segment_name(k + 1)
+    assert not seg.exists()
+    seg.write_bytes(encode_segment_header(k + 1, d0(b, k), ROLL)
+                    + frame(d0(b, k), k + 1, b"\x01not a batch")[0])
+    with pytest.raises(CorruptLogError) as err:
+        _ = b.head
+    assert err.value.segment == seg
+    b.close()
+
+
+def test_an_io_error_in_the_segment_moved_into(two: tuple[Ledger, Ledger, int],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, k = two
+    assert a.append([ev(k + 1)]).first_seq == k + 1
+    seg = a.log_dir / segment_name(k + 1)
+    real = tip_mod.pread_all
+
+    def failing(fd: int, n: int, offset: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(seg):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(tip_mod, "pread_all", failing)
+    with pytest.raises(LedgerIOError) as err:
+        _ = b.head
+    assert str(err.value) == f"cannot read {seg}: {os.strerror(errno.EIO)}"
