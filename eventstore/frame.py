@@ -602,6 +602,8 @@ def has_valid_frame_after(buf: bytes | memoryview, off: int, min_seq: int) -> bo
     corruption (valid frames follow bad bytes): failure rules 2 and 3 in
     docs/architecture.md.
     """
+    # (equivalent mutants: bytes() of bytes too, a copy; a step of 2 past a bad header, as
+    # FRAME_MAGIC cannot start again one byte into itself)
     data = bytes(buf) if isinstance(buf, memoryview) else buf
     pos = off + 1
     while True:

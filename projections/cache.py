@@ -367,6 +367,7 @@ class CacheState:
         keys, seqs, created, tids, nbytes = self.live_columns()
         entries = {
             bytes(k).ljust(32, b"\0").hex(): (int(s), float(c), self._target(int(t)), int(n))
+            # (strict off, equivalent mutants: the five columns are built together)
             for k, s, c, t, n in zip(keys, seqs, created, tids, nbytes, strict=True)
         }
         return {

@@ -113,6 +113,8 @@ class CheckpointDir:
         names = [n for n in names if n not in self._prefetched]
         if not names:
             return
+        # (equivalent mutants: mapped None, so each file is read rather than mapped, the
+        # same bytes; zip not strict, as the jobs are made one per name)
         jobs = [_Prefetch(self.path / (n + ".ckpt"), self.mapped) for n in names]
         self._prefetched.update(zip(names, jobs, strict=True))
         # one low-level thread for all: threading.Thread.start would wait until the

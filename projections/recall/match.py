@@ -63,6 +63,8 @@ def path_level(v: str, cw: str) -> int:
 def table_exact(ix: RecallIndex, name: str, key: str) -> tuple[list[int], list[str]]:
     """Base value ids and delta values having lookup key ``key``."""
     tab = ix._tabs[name]
+    # (equivalent mutants: "UTF-8"; the slice or the sorted get made when nothing is
+    # there, both empty: off[-1]:off[0] runs backwards, an empty dict gets ())
     k = tab.keys.find(key.encode("utf-8", "surrogatepass"))
     off = tab.kv_off
     ids: list[int] = tab.kv_val[off[k] : off[k + 1]].tolist() if k >= 0 else []
@@ -204,6 +206,7 @@ def match_word(ix: RecallIndex, w: str, q: QueryState, add: Any) -> None:
     if len(wl) < 2:
         return
     ids, dv = table_exact(ix, "sym", wl)
+    # (value_docs of nothing, an equivalent mutant: [] is as false as None)
     exact_docs = value_docs(ix, "sym", ids, dv) if ids or dv else None
     partial = partial_symbol_ok(w) and not path_hit
     q.rules.append(("sym", wl, 1 if partial else 0))
