@@ -262,13 +262,15 @@ def render(results: list[dict[str, Any]], argv: list[str]) -> str:
              "pairs of worker processes, the median over the pairs, then p50/p95 per "
              "class; ratio = new / old; \"pairs\": the p50 ratio each pair alone gave.", ""]
     for r in results:
-        bo, bn = r["build"] if r["build"][0] else (float("nan"), float("nan"))
+        bo, bn = r["build"]
+        build = (f"Build: old {bo:,.0f}/s, new {bn:,.0f}/s (ratio {bn / bo:.2f})."
+                 if bo else "Build: not timed (--build-rounds 0).")
         lines.append(f"### {r['size']:,} packets ({r['queries']} queries, "
                      f"{r['pairs']} worker pair{'s' if r['pairs'] != 1 else ''})")
         lines.append("")
         lines.append(f"Answers (rank, search, store.recall): "
                      f"{'identical' if not r['diffs'] else str(len(r['diffs'])) + ' differ'}. "
-                     f"Build: old {bo:,.0f}/s, new {bn:,.0f}/s (ratio {bn / bo:.2f}).")
+                     + build)
         lines.append("")
         for call, title in (("rank", "`RecallIndex.rank`"), ("recall", "`store.recall`")):
             if call not in r:
