@@ -168,7 +168,7 @@ class FrameChain:
     def digest_at(self, seq: int) -> bytes | None:
         if seq == 0:
             return GENESIS_DIGEST
-        if not 0 < seq <= self.head:
+        if not 0 < seq <= self.head:  # (0 <= seq: an equivalent mutant, 0 returned above)
             return None
         i = self.frame_of(seq)
         last = self.firsts[i + 1] - 1 if i + 1 < len(self.firsts) else self.head

@@ -413,6 +413,9 @@ class Ledger:
                 raise GenerationChangedError(self.log_dir)
             return got
 
+        # anchors go on a generation's marker, the first row at its base (> 1); read at
+        # base 1 (b"": no file there) or for a range past the marker, they are never
+        # written out: equivalent mutants
         anchors = read_anchors(self.log_dir, base) if base > 1 and start == base else None
         # (export_log stops past to_seq itself: without the bound here, an equivalent mutant
         # reads more)
@@ -453,6 +456,8 @@ class Ledger:
                 anchors0 = read_anchors(self.log_dir, first_base) if first_base > 1 else b""
                 if gen or anchors0:
                     try:
+                        # (read from the file again, an equivalent mutant: the same bytes,
+                        # under the writer lock)
                         hdr = read_header(segs[0][1], contents[0][1])
                         start_seq, start_digest = hdr.base_seq, hdr.prev_digest
                     except CorruptLogError:

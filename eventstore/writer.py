@@ -337,4 +337,6 @@ class SegmentWriter:
                 f"cannot move the torn segment {path.name} to quarantine/: {e.strerror or e}"
             ) from e
         tip.torn_seg = None
+        # (forget_segment(None), an equivalent mutant: a read never indexes a last
+        # segment whose header is torn, and an index is checked against the inode)
         self.forget_segment(path)

@@ -94,6 +94,21 @@ def test_a_footer_that_does_not_check_out_ends_the_walk(tmp_path: Path) -> None:
     assert heads(path) == [(7, 1, 3.0, "b" * 30)]
 
 
+def test_a_footer_longer_than_the_segment_ends_the_walk_without_reading_before_it(
+    tmp_path: Path,
+) -> None:
+    # the room a footer may claim is what lies between the segment header and it; a
+    # length reaching into or before the header is damage, never a read at a negative
+    # offset (that raised EINVAL)
+    path, offsets = build(tmp_path, PAYLOADS)
+    data = bytearray(path.read_bytes())
+    end = len(data)
+    for claimed in (end - SEGMENT_HEADER_SIZE + 1, end, end + 1, end + SEGMENT_HEADER_SIZE):
+        data[end - 8 : end - 4] = claimed.to_bytes(4, "little")
+        path.write_bytes(bytes(data))
+        assert heads(path) == [], claimed
+
+
 def test_a_header_that_does_not_match_its_footer_ends_the_walk(tmp_path: Path) -> None:
     path, offsets = build(tmp_path, PAYLOADS)
     data = bytearray(path.read_bytes())

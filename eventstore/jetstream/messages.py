@@ -106,9 +106,9 @@ class Assembler:
     """
 
     def __init__(self) -> None:
-        # (_attempt "" and any other _total, here or in _reset, are equivalent mutants:
-        # a message's attempt is never empty, and _total is read only for a chunk of
-        # the attempt in progress, which set it)
+        # (_attempt "" and any other _total or _parts, here or in _reset, are equivalent
+        # mutants: a message's attempt is never empty, and _total and _parts are read
+        # only for a chunk of the attempt in progress, which set them)
         self._attempt: str | None = None
         self._parts: list[bytes] = []
         self._total = 0
