@@ -99,7 +99,7 @@ def test_a_footer_longer_than_the_segment_ends_the_walk_without_reading_before_i
 ) -> None:
     # the room a footer may claim is what lies between the segment header and it; a
     # length reaching into or before the header is damage, never a read at a negative
-    # offset (that raised EINVAL)
+    # offset (which fails with EINVAL)
     path, offsets = build(tmp_path, PAYLOADS)
     data = bytearray(path.read_bytes())
     end = len(data)
