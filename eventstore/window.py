@@ -46,6 +46,8 @@ class BatchWindow:
                 recent_frames(self.log_dir, active_base, active_path, active_end, self.size)
             )
             self._batches, self._frames = {}, deque()
+            # (+len: an equivalent mutant; frame numbers are only compared with each
+            # other and with the newest, so where they start does not matter)
             self._nframes = -len(found)
             for first, count, at, bid in reversed(found):
                 self.note_frame(first, first + count - 1, at, bid)

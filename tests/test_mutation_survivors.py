@@ -808,6 +808,9 @@ def test_every_kind_of_nesting_counts_to_the_same_depth_limit() -> None:
     # a key of a map is a level below the map, as its value is
     assert fits({"v": {nest(MAX_DATA_DEPTH - 2, lambda x: (x,)): 0}})
     assert not fits({"v": {nest(MAX_DATA_DEPTH - 1, lambda x: (x,)): 0}})
+    # and so is the key of a map the other walker reaches (a map inside a tuple)
+    assert fits({"v": ({nest(MAX_DATA_DEPTH - 3, lambda x: (x,)): 0},)})
+    assert not fits({"v": ({nest(MAX_DATA_DEPTH - 2, lambda x: (x,)): 0},)})
 
 
 def test_a_memory_log_says_it_is_closed_and_keeps_its_clock() -> None:

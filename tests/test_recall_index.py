@@ -91,6 +91,11 @@ def test_filters(idx: RecallIndex) -> None:
     assert set(keys(idx.search("service", packet_types=["coverage"]))) == {"svc2", "auth"}
     assert keys(idx.search("service", since=25.0)) == ["svc2"]
     assert keys(idx.search("service", until=25.0)) == ["svc", "auth"]
+    # a time window alone over every entry (the filter-only path's own mask, each bound
+    # the first and the only one applied)
+    assert keys(idx.search("", until=25.0)) == ["svc", "auth"]
+    assert keys(idx.search("", since=25.0)) == ["hdr", "svc2"]
+    assert keys(idx.search("", since=15.0, until=35.0)) == ["svc2", "svc"]
     assert keys(idx.search("service", path_filters=["lib/service.rs"])) == ["svc2"]
     assert set(keys(idx.search("service", path_filters=["service.rs"]))) == {"svc", "svc2"}
     hits = idx.search("service", symbol_filters=["servicefactory"])

@@ -186,3 +186,21 @@ def test_recent_frames_names_the_segment_it_could_not_read(
     with pytest.raises(LedgerIOError) as info:
         list(window_mod.recent_frames(log, base, path, path.stat().st_size, 5))
     assert str(info.value) == f"cannot read {path}: Input/output error"
+
+
+def test_recent_frames_names_the_segment_whose_payload_does_not_decode(
+        tmp_path: Path) -> None:
+    from eventstore.frame import FRAME_HEADER_SIZE
+    from eventstore.segments import list_segments, segment_content
+    from eventstore.window import recent_frames
+
+    log, _want = log_of_two_segments(tmp_path)
+    base, path = list_segments(log)[-1]
+    content = segment_content(path)
+    lo = len(content) - int.from_bytes(content[-8:-4], "little")  # the last frame
+    data = bytearray(path.read_bytes())
+    data[lo + FRAME_HEADER_SIZE] = 0xFF  # its payload's first byte: a CBOR break code
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptLogError) as info:
+        list(recent_frames(log, base, path, len(content), 5))
+    assert (info.value.segment, info.value.offset) == (path, lo)
