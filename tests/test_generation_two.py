@@ -111,3 +111,18 @@ def test_salvage_seals_the_segment_it_replaces(tmp_path: Path) -> None:
         assert os.pread(fd, 12, end) == SEAL_MAGIC + base.to_bytes(8, "little")
     finally:
         os.close(fd)
+
+
+def test_compaction_seals_the_segment_it_replaces(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    with Ledger.open(d) as led:
+        for i in range(3):
+            led.append([Event("a.a", None, {"i": i})])
+        seg = sorted(d.glob("*.seg"))[-1]
+        end = len(segment_content(seg))
+        fd = os.open(seg, os.O_RDONLY)
+        try:
+            written = led.start_generation(led.head, {}, [], at=5.0)
+            assert os.pread(fd, 12, end) == SEAL_MAGIC + written.base.to_bytes(8, "little")
+        finally:
+            os.close(fd)
