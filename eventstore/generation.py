@@ -195,7 +195,7 @@ def write_generation(
     final = log_dir / segment_name(base)
     tmp = log_dir / (segment_name(base) + ".tmp")
     seq, digest, frames, events = base, prev_digest, 0, 0
-    renamed = False
+    renamed = False  # (None: an equivalent mutant, read only as a truth value)
     try:
         if anchors is not None:
             _durable_file(log_dir / anchors_name(base), anchors)
@@ -266,7 +266,7 @@ def seal_segment(fd: int, offset: int, base: int) -> None:
     the old generation meet it as a torn tail and look for the new one. Best effort (a
     handle also looks on its own, at most ``GEN_CHECK_INTERVAL`` later); never synced:
     only live processes need it."""
-    if fd < 0:
+    if fd < 0:  # (<= 0: an equivalent mutant while stdin holds descriptor 0)
         return
     try:
         _osio.write_all(fd, SEAL_MAGIC + base.to_bytes(8, "little"), offset)

@@ -291,6 +291,7 @@ class SegmentWriter:
         assert tip.torn is not None and tip.path is not None
         try:
             size = os.fstat(fd).st_size
+            # (more than size - end: an equivalent mutant, the read stops at the end)
             junk = pread_all(fd, size - tip.end, tip.end)
             if junk.count(0) != len(junk):
                 quarantine_bytes(tip.log_dir, f"{tip.path.name}.{tip.end}", junk)
@@ -301,6 +302,8 @@ class SegmentWriter:
             raise LedgerIOError(
                 f"cannot repair torn tail of {tip.path}: {e.strerror or e}"
             ) from e
+        # ("" for None: an equivalent mutant; the refresh before the next append reads
+        # the tail again and sets it)
         tip.torn = None
 
     def set_aside_torn_segment(self) -> None:

@@ -221,3 +221,16 @@ def test_mode_warnings_walks_past_links_and_unlistable_dirs_and_quotes_paths(
         f"(ctxledger makes it 0600; chmod 600 '{wide}')",
         f"{shut}: cannot list it to check its modes (Permission denied)",
     ]
+    # a file removed between the listing and its stat (a checkpoint's temp file) is
+    # passed over, and the walk goes on after it
+    gone = root / "a-tmp"
+    gone.write_text("x")
+    real_lstat = os.lstat
+
+    def lstat(path: Any) -> Any:
+        if Path(path) == gone:
+            raise FileNotFoundError(2, "No such file or directory")
+        return real_lstat(path)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    assert len(private.mode_warnings(root)) == 2

@@ -147,3 +147,36 @@ def test_an_io_error_in_the_segment_moved_into(two: tuple[Ledger, Ledger, int],
     with pytest.raises(LedgerIOError) as err:
         _ = b.head
     assert str(err.value) == f"cannot read {seg}: {os.strerror(errno.EIO)}"
+
+
+def test_a_roll_inside_a_compacted_generation_is_followed_without_a_reload(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handle moves into the next segment of its own generation as into any roll:
+    the new generation is one whose first segment lies past the one it follows, never
+    the one it is in (a reload would read the whole generation again)."""
+    a = open_log(tmp_path)
+    try:
+        a.append([ev(1)])
+        gen = a.start_generation(a.head, {}, [], at=1.0).base
+        while len(list(tmp_path.glob("*.seg"))) < 1 or (
+                tmp_path / segment_name(gen)).stat().st_size < ROLL:
+            a.append([ev(a.head + 1)])
+        b = open_log(tmp_path)
+        try:
+            reloads: list[int] = []
+            real = tip_mod.Tip.reload
+
+            def spy(self: tip_mod.Tip) -> None:
+                reloads.append(self.head)
+                real(self)
+
+            monkeypatch.setattr(tip_mod.Tip, "reload", spy)
+            a.append([ev(a.head + 1)])  # rolls into a second segment of the generation
+            assert len(list(tmp_path.glob("*.seg"))) == 2
+            assert b.head == a.head and b.base == gen
+            assert reloads == []
+            assert [e.data["i"] for e in b.read(a.head, a.head)] == [a.head]
+        finally:
+            b.close()
+    finally:
+        a.close()

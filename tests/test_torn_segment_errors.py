@@ -143,6 +143,20 @@ def test_last_segment_is_torn_names_a_file_it_cannot_open_or_read(
     with pytest.raises(LedgerIOError) as info:
         segments_mod.last_segment_is_torn(seg)
     assert str(info.value) == f"cannot read {seg}: Input/output error"
+    monkeypatch.undo()
+    # a zero header makes it read the whole file for frame headers: that read fails too
+    real = segments_mod.pread_all
+
+    def whole_read_fails(fd: int, n: int, offset: int) -> bytes:
+        if n > SEGMENT_HEADER_SIZE:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd, n, offset)
+
+    seg.write_bytes(bytes(SEGMENT_HEADER_SIZE + 100))
+    monkeypatch.setattr(segments_mod, "pread_all", whole_read_fails)
+    with pytest.raises(LedgerIOError) as info:
+        segments_mod.last_segment_is_torn(seg)
+    assert str(info.value) == f"cannot read {seg}: Input/output error"
 
 
 # -- following another writer's roll: a next segment that does not continue the log ----
