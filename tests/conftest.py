@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 if "MUTANT_UNDER_TEST" in os.environ:
     # Under mutmut (.ci/mutate), which runs the tests that reach a mutant once per mutant:
@@ -17,8 +17,12 @@ if "MUTANT_UNDER_TEST" in os.environ:
     # every test that reaches it), derandomized (a verdict does not depend on the run),
     # no deadlines (mutated code runs behind mutmut's trampolines). pytest runs many
     # times in one process, so a test method meets new instances of its class: not the
-    # flaky test hypothesis's differing_executors check looks for.
-    _MUTMUT = {"derandomize": True, "deadline": None}
+    # flaky test hypothesis's differing_executors check looks for. A failing example is
+    # not shrunk (the explicit and generate phases only): a mutant is killed by the
+    # first failure, and shrinking a state machine's run took up to a minute of CPU,
+    # enough to end as a timeout instead.
+    _MUTMUT = {"derandomize": True, "deadline": None,
+               "phases": (Phase.explicit, Phase.generate)}
     _SUPPRESS = [HealthCheck.differing_executors, HealthCheck.too_slow]
     _EXAMPLES = 10
     settings.register_profile(
