@@ -180,3 +180,31 @@ def test_a_roll_inside_a_compacted_generation_is_followed_without_a_reload(
             b.close()
     finally:
         a.close()
+
+
+def test_a_compaction_at_the_head_is_followed_without_a_reload(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A generation that starts at the handle's head + 1 and chains to its digest (what
+    compaction writes) is followed like a roll; only one that does not is read afresh."""
+    a = open_log(tmp_path)
+    b = open_log(tmp_path)
+    try:
+        for i in range(1, 4):
+            a.append([ev(i)])
+        assert b.head == 3
+        reloads: list[int] = []
+        real = tip_mod.Tip.reload
+
+        def spy(self: tip_mod.Tip) -> None:
+            reloads.append(self.head)
+            real(self)
+
+        monkeypatch.setattr(tip_mod.Tip, "reload", spy)
+        gen = a.start_generation(3, {}, [], at=1.0).base
+        # b meets the seal compaction left after its last frame, and looks
+        assert (b.head, b.base) == (a.head, gen) and reloads == []
+        a.append([ev(5)])
+        assert b.head == 5 and [e.seq for e in b.read(4)] == [4, 5]
+    finally:
+        a.close()
+        b.close()
