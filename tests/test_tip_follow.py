@@ -149,6 +149,20 @@ def test_an_io_error_in_the_segment_moved_into(two: tuple[Ledger, Ledger, int],
     assert str(err.value) == f"cannot read {seg}: {os.strerror(errno.EIO)}"
 
 
+def spy_on_reloads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every ``Tip.reload`` from now on (the head it was called at): a handle that reads
+    its whole generation again where following would do."""
+    reloads: list[int] = []
+    real = tip_mod.Tip.reload
+
+    def spy(self: tip_mod.Tip) -> None:
+        reloads.append(self.head)
+        real(self)
+
+    monkeypatch.setattr(tip_mod.Tip, "reload", spy)
+    return reloads
+
+
 def test_a_roll_inside_a_compacted_generation_is_followed_without_a_reload(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A handle moves into the next segment of its own generation as into any roll:
@@ -163,14 +177,7 @@ def test_a_roll_inside_a_compacted_generation_is_followed_without_a_reload(
             a.append([ev(a.head + 1)])
         b = open_log(tmp_path)
         try:
-            reloads: list[int] = []
-            real = tip_mod.Tip.reload
-
-            def spy(self: tip_mod.Tip) -> None:
-                reloads.append(self.head)
-                real(self)
-
-            monkeypatch.setattr(tip_mod.Tip, "reload", spy)
+            reloads = spy_on_reloads(monkeypatch)
             a.append([ev(a.head + 1)])  # rolls into a second segment of the generation
             assert len(list(tmp_path.glob("*.seg"))) == 2
             assert b.head == a.head and b.base == gen
@@ -192,14 +199,7 @@ def test_a_compaction_at_the_head_is_followed_without_a_reload(
         for i in range(1, 4):
             a.append([ev(i)])
         assert b.head == 3
-        reloads: list[int] = []
-        real = tip_mod.Tip.reload
-
-        def spy(self: tip_mod.Tip) -> None:
-            reloads.append(self.head)
-            real(self)
-
-        monkeypatch.setattr(tip_mod.Tip, "reload", spy)
+        reloads = spy_on_reloads(monkeypatch)
         gen = a.start_generation(3, {}, [], at=1.0).base
         # b meets the seal compaction left after its last frame, and looks
         assert (b.head, b.base) == (a.head, gen) and reloads == []
