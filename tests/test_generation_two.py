@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,13 +76,13 @@ def flip_in_place(path: Path, offset: int) -> None:
 
 @pytest.mark.parametrize("damage", [flip_in_place, replace_with_flipped])
 def test_salvage_of_a_generation_at_2_with_a_damaged_header_uses_its_one_anchor(
-    tmp_path: Path, damage: object
+    tmp_path: Path, damage: Callable[[Path, int], None]
 ) -> None:
     d = tmp_path / "log"
     with base_two(d) as led:
         kept = [(e.seq, e.kind, dict(e.data)) for e in led.read()][1:]  # the events past the marker
     seg = d / f"{2:020d}.seg"
-    damage(seg, 20)  # type: ignore[operator]  # inside the header: its checksum fails
+    damage(seg, 20)  # inside the header: its checksum fails
     with Ledger.open(d) as led:
         rep = led.salvage()
         assert rep.salvaged
