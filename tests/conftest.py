@@ -48,9 +48,14 @@ if "MUTANT_UNDER_TEST" in os.environ:
         # .ci/mutate collects first; tests/mutation_select.py says why that is sound)
         mutant = os.environ.get("MUTANT_UNDER_TEST", "")
         if "__mutmut_" in mutant:
-            from mutation_select import narrow
+            from mutation_select import SKIPPED, listed_equivalent, narrow
 
             here = Path(__file__).resolve().parent  # mutants/tests
+            if listed_equivalent(mutant, here.parent):
+                # no test can kill it (the reason is beside its code): running its tests
+                # would only cost their whole time; "skipped", and the figures count it
+                # as equivalent
+                pytest.exit("listed in .ci/mutants-equivalent", returncode=SKIPPED)
             keep = narrow(mutant, here.parent)
             if keep is not None:
                 config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in keep])

@@ -39,6 +39,8 @@ MAP_DIR = "line-tests"
 MAP_VERSION = 2
 SNAPSHOT = ".src"  # beside each map, the source it was made from
 SECONDS = "seconds.json"  # each test's time in the coverage run (setup, call, teardown)
+EQUIVALENT = ".ci/mutants-equivalent"  # the mutants no test can tell apart (and why)
+SKIPPED = 34  # the exit code mutmut counts as "skipped": a listed equivalent mutant
 # A mutant's run may spend BUDGET_FACTOR x what its tests took in the coverage run, plus
 # BUDGET_SLACK seconds, of CPU time by the end of each test (see cpu_limits)
 BUDGET_FACTOR = 3.0
@@ -203,17 +205,65 @@ def _snapshot(mutants_dir: str, path: str) -> tuple[ast.Module, list[str]]:
     return ast.parse(text, path), text.split("\n")
 
 
-def changed_statements(mutants_dir: Path, mutant: str) -> tuple[str, set[int]] | None:
-    """(source path, first lines of the statements ``mutant`` changes in the source the
-    map was made from), or None when that cannot be told for sure (see the module
-    docstring; the mutated function must read as it did when the map was made)."""
+def _generated(mutants_dir: Path, mutant: str) -> tuple[list[str], list[str]]:
+    """The lines of the original function mutmut copied and of ``mutant``, as it
+    generated them under mutants/, the mutant's ``def`` line given the original's name."""
     path, func = mutant_file(mutant)
     spans = json.loads((mutants_dir / (path + ".spans")).read_text())["spans"]
     orig_name = func.rpartition("__mutmut_")[0] + "__mutmut_orig"
     text = (mutants_dir / path).read_text().split("\n")
     (o0, o1), (m0, m1) = spans[orig_name], spans[func]
     orig, mut = text[o0 - 1 : o1], text[m0 - 1 : m1]
-    oi, mi = _def_index(orig, orig_name), _def_index(mut, func)
+    _def_index(orig, orig_name)  # both must be there
+    mi = _def_index(mut, func)
+    mut[mi] = mut[mi].replace(f"def {func}(", f"def {orig_name}(", 1)
+    return orig, mut
+
+
+def change_digest(mutants_dir: Path, mutant: str) -> str:
+    """A digest of what ``mutant`` changes: its diff against the original function with
+    two lines of context, names and line numbers left out. mutmut numbers a function's
+    mutants in order, so an edit to the function can give a name another change: a
+    mutant listed as equivalent is skipped only while its name names the listed diff."""
+    orig, mut = _generated(mutants_dir, mutant)
+    diff = list(difflib.unified_diff(orig, mut, n=2, lineterm=""))[2:]  # no file headers
+    text = "\n".join(line for line in diff if not line.startswith("@@"))
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+def load_equivalent(path: Path) -> dict[str, str]:
+    """The listed equivalent mutants, name -> change digest: one per line, ``NAME DIGEST``
+    then a comment; ``#`` starts a comment, blank lines are skipped."""
+    listed: dict[str, str] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) != 2:
+            raise ValueError(f"{path}:{number}: want NAME DIGEST, got {line!r}")
+        listed[words[0]] = words[1]
+    return listed
+
+
+def listed_equivalent(mutant: str, mutants_dir: Path) -> bool:
+    """Whether ``mutant`` is listed as equivalent in the copy of .ci/mutants-equivalent
+    under ``mutants_dir`` with the digest of the change it makes now (a stale entry is
+    run like any mutant, and .ci/mutate's figures name it)."""
+    try:
+        want = load_equivalent(mutants_dir / EQUIVALENT).get(mutant)
+        return want is not None and change_digest(mutants_dir, mutant) == want
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def changed_statements(mutants_dir: Path, mutant: str) -> tuple[str, set[int]] | None:
+    """(source path, first lines of the statements ``mutant`` changes in the source the
+    map was made from), or None when that cannot be told for sure (see the module
+    docstring; the mutated function must read as it did when the map was made)."""
+    path, func = mutant_file(mutant)
+    orig, mut = _generated(mutants_dir, mutant)
+    orig_name = func.rpartition("__mutmut_")[0] + "__mutmut_orig"
+    oi, mi = _def_index(orig, orig_name), _def_index(mut, orig_name)
     # the def lines differ by name only: compare what follows them
     ops = difflib.SequenceMatcher(None, orig[oi + 1 :], mut[mi + 1 :], autojunk=False).get_opcodes()
     changed: set[int] = set()
@@ -315,10 +365,23 @@ def limit_cpu(limit: int | None, ceiling: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python tests/mutation_select.py collect`` in the project root: the maps for the
-    tests and source paths ``[tool.mutmut]`` in pyproject.toml names, in mutants/line-tests."""
+    """In the project root:
+
+    ``python tests/mutation_select.py collect``: the maps for the tests and source paths
+    ``[tool.mutmut]`` in pyproject.toml names, in mutants/line-tests.
+
+    ``python tests/mutation_select.py digest NAME...``: each mutant's ``NAME DIGEST``, as
+    .ci/mutants-equivalent lists it (of the mutants a run generated under mutants/)."""
     import tomllib
 
+    if argv[:1] == ["digest"] and len(argv) > 1:
+        for name in argv[1:]:
+            try:
+                print(name, change_digest(Path("mutants"), name))
+            except (OSError, ValueError, KeyError) as e:
+                print(f"{name}: no such mutant under mutants/ ({e!r})", file=sys.stderr)
+                return 1
+        return 0
     if argv != ["collect"]:
         print(main.__doc__, file=sys.stderr)
         return 2

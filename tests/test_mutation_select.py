@@ -9,14 +9,19 @@ from pathlib import Path
 
 import pytest
 from mutation_select import (
+    EQUIVALENT,
     MAP_DIR,
     MAP_VERSION,
     SECONDS,
+    SKIPPED,
     SNAPSHOT,
     _digest,
     _snapshot,
+    change_digest,
     changed_statements,
     cpu_limits,
+    listed_equivalent,
+    load_equivalent,
     load_seconds,
     mutant_file,
     narrow,
@@ -267,3 +272,88 @@ def test_a_loop_past_its_limit_is_stopped_by_sigxcpu() -> None:
         "    pass\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert done.returncode == -signal.SIGXCPU, done.stderr
+
+
+# -- listed equivalent mutants: skipped while the name names the listed change ---------
+
+
+def test_a_change_digest_follows_the_change_not_the_name(tmp_path: Path) -> None:
+    _root, mutants = _fake(tmp_path / "a", F_CHANGES, M_CHANGES)
+    first = {n: change_digest(mutants, f"pkg.mod.x_f__mutmut_{n}") for n in range(1, 6)}
+    assert len(set(first.values())) == 5  # five changes, five digests
+    # the same changes numbered otherwise: each keeps its digest, under another name
+    _root, renumbered = _fake(tmp_path / "b", F_CHANGES[::-1], M_CHANGES)
+    assert {n: change_digest(renumbered, f"pkg.mod.x_f__mutmut_{6 - n}")
+            for n in range(1, 6)} == first
+    # an edit next to the change makes it another change; one farther off does not
+    near = [("a + b", "a - b"), ('"""Doc."""', '"""Other."""')]
+    far = [("a + b", "a - b"), ("os.fspath(str(x))", "os.fspath(str(x)) ")]
+    for edits, same in ((near, False), (far, True)):
+        _root, edited = _fake(tmp_path / str(same), F_CHANGES, M_CHANGES)
+        text = (edited / "pkg" / "mod.py").read_text()
+        orig, one = text.split("def x_f__mutmut_1(")
+        for old, new in edits[1:]:  # in the original and in the mutant alike
+            orig, one = orig.replace(old, new), one.replace(old, new)
+        (edited / "pkg" / "mod.py").write_text(orig + "def x_f__mutmut_1(" + one)
+        assert (change_digest(edited, "pkg.mod.x_f__mutmut_1") == first[1]) is same
+
+
+def test_the_listing_reads_name_and_digest_and_refuses_a_bare_name(tmp_path: Path) -> None:
+    listing = tmp_path / "equivalent"
+    listing.write_text("# why\n\npkg.mod.x_f__mutmut_1 0123456789ab  # a reason # more\n"
+                       "pkg.mod.x_f__mutmut_2   ba9876543210\n")
+    assert load_equivalent(listing) == {"pkg.mod.x_f__mutmut_1": "0123456789ab",
+                                        "pkg.mod.x_f__mutmut_2": "ba9876543210"}
+    listing.write_text("pkg.mod.x_f__mutmut_1  # a reason\n")
+    with pytest.raises(ValueError, match="NAME DIGEST"):
+        load_equivalent(listing)
+
+
+def test_only_a_listed_mutant_with_its_digest_counts_as_equivalent(tmp_path: Path) -> None:
+    _root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
+    assert not listed_equivalent("pkg.mod.x_f__mutmut_1", mutants)  # no listing
+    right = change_digest(mutants, "pkg.mod.x_f__mutmut_1")
+    (mutants / EQUIVALENT).parent.mkdir()
+    (mutants / EQUIVALENT).write_text(f"pkg.mod.x_f__mutmut_1 {right}  # why\n"
+                                      "pkg.mod.x_f__mutmut_2 000000000000  # stale\n"
+                                      "pkg.mod.x_f__mutmut_99 000000000000  # gone\n")
+    assert listed_equivalent("pkg.mod.x_f__mutmut_1", mutants)
+    assert not listed_equivalent("pkg.mod.x_f__mutmut_2", mutants)
+    assert not listed_equivalent("pkg.mod.x_f__mutmut_99", mutants)
+    assert not listed_equivalent("pkg.mod.x_f__mutmut_3", mutants)
+    (mutants / EQUIVALENT).write_text("pkg.mod.x_f__mutmut_1\n")  # broken: none skipped
+    assert not listed_equivalent("pkg.mod.x_f__mutmut_1", mutants)
+
+
+def test_the_conftest_skips_a_listed_mutant_and_runs_a_stale_one(tmp_path: Path) -> None:
+    """A pytest run as mutmut makes it (in mutants/, MUTANT_UNDER_TEST set) exits with
+    mutmut's "skipped" code for a listed mutant without running a test, and runs the
+    tests of one whose listed digest is not its change's."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    _root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
+    here = Path(__file__).parent
+    (mutants / "tests").mkdir()
+    for name in ("conftest.py", "mutation_select.py"):
+        shutil.copyfile(here / name, mutants / "tests" / name)
+    (mutants / "tests" / "test_one.py").write_text(
+        "def test_runs():\n    open('ran', 'w').close()\n")
+    (mutants / EQUIVALENT).parent.mkdir()
+    right = change_digest(mutants, "pkg.mod.x_f__mutmut_1")
+    (mutants / EQUIVALENT).write_text(f"pkg.mod.x_f__mutmut_1 {right}  # why\n"
+                                      "pkg.mod.x_f__mutmut_2 000000000000  # stale\n")
+
+    def run(mutant: str) -> int:
+        env = {**os.environ, "MUTANT_UNDER_TEST": mutant}
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-p", "no:randomly", "tests"], cwd=mutants, env=env,
+                              capture_output=True, text=True, timeout=120)
+        return done.returncode
+
+    assert run("pkg.mod.x_f__mutmut_1") == SKIPPED
+    assert not (mutants / "ran").exists()
+    assert run("pkg.mod.x_f__mutmut_2") == 0
+    assert (mutants / "ran").exists()
