@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import blake3
 import pytest
 
 from eventstore import (
@@ -293,6 +294,31 @@ def test_find_key_looks_only_at_the_first_n_keys_of_its_buffer() -> None:
         assert [find(buf, 3, k) for k in keys] == [0, 1, 2]
         assert find(buf, 2, keys[2]) == -1  # past n: not a key of this base
         assert find(buf, 3, bytes(32)) == -1 and find(buf, 0, keys[0]) == -1
+
+
+def _near(k: bytes) -> list[bytes]:
+    """Keys just beside ``k``: its last byte one up and one down."""
+    return [k[:31] + bytes([(k[31] + d) % 256]) for d in (1, 255)]
+
+
+def test_find_key_finds_every_key_of_big_spread_skewed_and_clustered_sets() -> None:
+    """The interpolation runs only past 16 keys (the property test's lists are short
+    under mutmut): every key of sets of hundreds to thousands, spread as digests are,
+    skewed towards zero, or sharing their first 8 bytes, is found where the plain
+    search finds it, and a key beside each is not found."""
+    spread = sorted(blake3.blake3(b"%d" % i).digest() for i in range(1500))
+    cluster = [b"\x80" * 8 + blake3.blake3(b"c%d" % i).digest()[:24] for i in range(300)]
+    skewed = [bytes(6) + i.to_bytes(2, "big") + bytes(24) for i in range(1, 400)]
+    sets = [spread, sorted(spread[:700] + cluster), skewed, sorted(set(spread[::5] + skewed)),
+            spread[:17]]
+    for keys in sets:
+        buf, present = memoryview(b"".join(keys)), set(keys)
+        for n in (len(keys), len(keys) - 3):  # and a base of only the first n keys
+            got = [find_key(buf, n, k) for k in keys]
+            assert got == [*range(n), *([-1] * (len(keys) - n))]
+            for probe in [bytes(32), b"\xff" * 32, *(x for k in keys for x in _near(k))]:
+                if probe not in present:
+                    assert find_key(buf, n, probe) == -1
 
 
 # --- the JSON shapes `verify --json` and `salvage --json` print (docs/operations.md) ---
@@ -973,3 +999,34 @@ def test_a_checkpoint_that_cannot_be_discarded_is_named(
     monkeypatch.undo()
     CheckpointDir(d, readonly=True).discard("cache", "primary")  # read-only: leaves it
     assert (d / "cache.ckpt").exists()
+
+
+# --- the cache listing's filters apply together (CacheState._matching) ----------------
+
+
+def _listing_state() -> CacheState:
+    """Entries 1-8 made at 10 x i; the even ones of target a, the odd ones of b."""
+    state = CacheState()
+    for i in range(1, 9):
+        state.apply(Event("cache.put", f"{i:064x}", {"packet": {"target": "ab"[i % 2]},
+                                                      "bytes": 10}, seq=i, at=10.0 * i))
+    return state
+
+
+def _listed(state: CacheState, **kw: Any) -> list[int]:
+    refs, total = state.select_page(0, 100, **{"live_after": None, **kw})
+    assert total == len(refs)
+    return [int(r.cache_key, 16) for r in refs]
+
+
+def test_the_listing_applies_every_filter_together() -> None:
+    state = _listing_state()
+    assert _listed(state) == [8, 7, 6, 5, 4, 3, 2, 1]
+    assert _listed(state, live_after=45.0, since=20.0) == [8, 7, 6, 5]
+    assert _listed(state, live_after=15.0, until=40.0) == [4, 3, 2]
+    assert _listed(state, target="a", since=50.0) == [8, 6]
+    assert _listed(state, target="b", live_after=35.0, until=70.0) == [7, 5]
+    assert _listed(state, target="nope") == []
+    # an unknown target with entries to leave out: nothing, not an index error
+    assert _listed(state, target="nope", exclude={f"{2:064x}"}) == []
+    assert _listed(state, target="a", exclude={f"{2:064x}"}) == [8, 6, 4]

@@ -105,6 +105,18 @@ def test_filters(idx: RecallIndex) -> None:
     assert keys(idx.search("", target="nope")) == []
 
 
+def test_a_time_window_keeps_the_entries_at_its_bounds(idx: RecallIndex) -> None:
+    """since and until are inclusive. On the filter-only path a built index cuts its
+    range of entries by binary search on their times: the side taken at each bound
+    decides whether an entry made exactly then is in."""
+    assert keys(idx.search("", until=20.0)) == ["svc", "auth"]
+    assert keys(idx.search("", since=20.0)) == ["hdr", "svc2", "svc"]
+    assert keys(idx.search("", since=20.0, until=20.0)) == ["svc"]
+    assert keys(idx.search("", since=10.0, until=10.0)) == ["auth"]
+    assert keys(idx.search("", since=40.0, until=40.0)) == ["hdr"]
+    assert set(keys(idx.search("service", until=20.0))) == {"svc", "auth"}
+
+
 def test_scopes(idx: RecallIndex) -> None:
     glob = keys(idx.search("service auth header"))
     first = idx.search("service auth header", scope="task-first", task_id="task-123")

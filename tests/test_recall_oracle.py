@@ -163,6 +163,15 @@ _NEAR_TIE = [RecallDoc("x", "t1", 1.0, "alpha beta gamma gamma"),
              RecallDoc("y", "t1", 2.0, "alpha alpha beta gamma")]
 
 
+#: one token in the whole corpus (avgdl 1/2, not the 1.0 of a corpus without any), and,
+#: once the doc holding it has expired, none among the live docs
+_ONE_TOKEN = [RecallDoc("a", "t1", 1.0, "alpha"), RecallDoc("b", "t1", 5.0, "")]
+
+
+@example(docs=_ONE_TOKEN, text="alpha", k=2, layout="plain", tweak="none",
+         delta=0, removed=0, live_after=None, filt={})
+@example(docs=_ONE_TOKEN, text="alpha", k=2, layout="plain", tweak="none",
+         delta=0, removed=0, live_after=3.0, filt={})
 @example(docs=_NEAR_TIE, text="alpha beta gamma", k=1, layout="plain", tweak="none",
          delta=0, removed=0, live_after=None, filt={})
 @example(docs=_NEAR_TIE, text="alpha beta gamma", k=1, layout="big", tweak="multi-pairs",
