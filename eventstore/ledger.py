@@ -598,6 +598,8 @@ class Ledger:
             # (>= for >, an equivalent mutant: one more look at the tip)
             if seq > self._tip.head:
                 self._tip.refresh()
+            # (``and``: an equivalent mutant; the point read finds no frame for a seq
+            # outside the generation either, and gives None the same way)
             if seq < self._tip.gen_base or seq > self._tip.head:
                 return None
         try:

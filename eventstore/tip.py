@@ -296,6 +296,10 @@ class Tip:
             self.window.reset()
             self.on_new_generation()
         elif self.end < self.roll_at or self.torn is not None:
+            # (``and``: an equivalent mutant. A segment at head + 1 that starts no
+            # generation follows only a full segment with no torn tail: writers roll
+            # only past roll_at, and the one torn tail past it, a compaction's seal,
+            # comes with a new generation, the branch above)
             return  # a roll happens only from a full segment: not for us yet
         # a full segment is followed by the one starting at head + 1 or by none
         for k, (base, path) in enumerate(segs):
@@ -307,7 +311,7 @@ class Tip:
                     path, 0, f"segment starts at seq {base}, expected {self.head + 1}"
                 )
             if not self._switch_to((base, path), self.digest, base, last):
-                break
+                break  # (return: an equivalent mutant, nothing follows the loop)
 
     def reload(self) -> None:
         """Forget everything about the old generation and open the current one afresh."""
@@ -393,9 +397,13 @@ class Tip:
         elif hdr.prev_digest != prev_digest:
             raise CorruptLogError(path, 0, "segment does not chain to the one before it")
         self.set_active(base, path, hdr.roll_bytes, hdr.version)
-        self.head, self.digest = base - 1, prev_digest
+        # (head and digest come from the tail below: base - 1 and prev_digest when the
+        # segment holds no frame yet)
         tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, prev_digest, next_seq)
         self.window.note_batches(path, data, tail, SEGMENT_HEADER_SIZE, base)
+        # (!= for ==, or "" for None: equivalent mutants. A torn_seg left set costs one
+        # look at the next append: set_aside_torn_segment finds the header whole, or
+        # fails to open "", and clears it)
         if self.torn_seg == path:
             self.torn_seg = None
         self.adopt(tail)

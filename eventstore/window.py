@@ -76,6 +76,8 @@ class BatchWindow:
         """Frames another writer added (found from ``start`` in ``data``): note their ids."""
         if self._batches is None or tail.last is None:
             return
+        # (any digest, or a false verify other than False: equivalent mutants; the frames
+        # are only parsed here, scan_tail checked their chain)
         walk = walk_frames(data[: tail.end], start, b"", next_seq, verify=False)
         for off, _end, first, count, _digest, p0, p1 in walk:
             try:

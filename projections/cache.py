@@ -245,7 +245,7 @@ class CacheState:
         keys, _seqs, created, tids, _nbytes = cols
         mask = np.ones(len(keys), dtype=bool)
         if live_after is not None:
-            mask &= created > live_after
+            mask &= created > live_after  # (= for &=: equivalent, the first filter)
         if since is not None:
             mask &= created >= since
         if until is not None:
@@ -343,7 +343,7 @@ class CacheState:
     def from_bytes(cls, data: bytes | memoryview) -> CacheState:
         """Zero-copy: the columns stay views of ``data`` (a checkpoint's bytes, read or mapped)."""
         view = memoryview(data)
-        (mlen,) = _LEN.unpack_from(view, 0)
+        (mlen,) = _LEN.unpack_from(view, 0)  # (the 0 left out: equivalent, the default)
         doc: dict[str, Any] = cbor2.loads(bytes(view[4 : 4 + mlen]))
         st = cls()
         st.seq, st._n = int(doc["seq"]), int(doc["n"])
@@ -433,6 +433,15 @@ def find_key(buf: memoryview, n: int, key: bytes) -> int:
     ``[lo, hi)`` while it gains, then bisects what is left: always correct,
     merely slower for skewed keys. :func:`find_key_plain` is the plain twin a
     property test holds it equal to.
+
+    The answer is the final bisection's, over ``[lo, hi)``, which holds the key
+    whenever the buffer does; the probes only narrow it. Mutants that change how
+    the probes are placed or when they stop, without moving ``lo`` past the key or
+    ``hi`` before it, give the same answers, only after other probes, as do those
+    that give the bisection ``hi`` another way (``len(keys)`` is ``hi``): they are
+    listed as equivalent (.ci/mutants-equivalent). The clamp of ``m`` and the
+    "let the bisection decide" test never bind (a <= want < b holds throughout);
+    they stay as guards.
     """
     lo, hi = 0, n
     want = int.from_bytes(key[:8], "big")
@@ -464,6 +473,7 @@ def find_key_plain(buf: memoryview, n: int, key: bytes) -> int:
 
 
 def _cast(view: memoryview, fmt: str) -> memoryview:
+    # (equivalent mutants: "B" cast through "B" or "b" anyway; the same bytes, read alike)
     return view if fmt == "B" else view.cast("B").cast(fmt)  # type: ignore[call-overload]
 
 

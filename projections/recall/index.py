@@ -506,10 +506,18 @@ class RecallIndex:
             return None
         since, until, task_id = rq.since, rq.until, rq.task_id
         q = QueryState()
+        # (None: an equivalent mutant; the rankers then leave the matched tokens out and
+        # hit() finds the same ones per hit)
         q.matched = matched
+        # (equivalent mutants: any avgdl when total is 0. No live doc has a token then,
+        # and avgdl only scales the length of a doc that holds a query token)
         q.avgdl = total / N if total > 0 else 1.0
         q.la, q.i0, q.since, q.until = la, i0, since, until
         q.lo, q.hi = i0, self._nb
+        # (the range only narrows what the filter-only path looks at; every doc in it is
+        # still checked against since/until. Equivalent mutants: "left" left out (the
+        # default), and the string "right" searched for, which sorts above every time:
+        # no narrowing)
         if since is not None and self._nb:
             q.lo = max(q.lo, int(np.searchsorted(self._seg.docs.created, since, "left")))
         if until is not None and self._nb:
@@ -522,7 +530,7 @@ class RecallIndex:
                 q.terms.append(t)
         if qtoks:
             structured(self, rq.words(), q)
-        task_docs = None
+        task_docs = None  # ("": an equivalent mutant, read only under a task_id)
         if task_id:
             ids, dv = table_exact(self, "task", task_id.lower())
             task_docs = uniq(value_docs(self, "task", ids, dv))

@@ -300,6 +300,10 @@ def structured(ix: RecallIndex, words: list[str], q: QueryState) -> None:
         docs, b = parts[0]
         q.boost = dict.fromkeys(docs, b)
         return
+    # (each way gives the same sums: the boosts are whole numbers, exact in any order;
+    # the threshold, < 64 or <= 65, picks the faster way: equivalent mutants, as are the
+    # union's dtype left to numpy (int64 here), zip's strict (the union's two arrays
+    # have one length) and _barr left unset (boost_arrays makes it from q.boost))
     if sum(len(d) for d, _ in parts) <= 64:
         boost = q.boost
         for docs, b in parts:
