@@ -121,7 +121,7 @@ def marker_of(data: bytes | memoryview, hdr: SegmentHeader) -> tuple[str, dict[s
 
 
 def check_generation_start(
-    log_dir: Path, path: Path, data: bytes | memoryview, hdr: SegmentHeader
+    log_dir: Path, data: bytes | memoryview, hdr: SegmentHeader
 ) -> str | None:
     """None when a generation's first event proves the cut; else what is wrong.
 

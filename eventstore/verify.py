@@ -122,13 +122,14 @@ def verify_log(log_dir: Path, progress: Callable[[int], None] | None = None) -> 
             problems.append(Problem(path.name, 0, str(e)))
             continue
         try:
+            # (read_header(path) without ``data``: equivalent mutants, it reads the same bytes)
             hdr = read_header(path, data)
         except (CorruptLogError, UnsupportedFormatError) as e:
             problems.append(Problem(path.name, 0, getattr(e, "reason", str(e))))
             continue
         if i == 0 and gen:  # a generation start: the cut is checked from its first event
             digest, next_seq = hdr.prev_digest, base
-            bad = check_generation_start(log_dir, path, data, hdr)
+            bad = check_generation_start(log_dir, data, hdr)
             if bad is not None:
                 problems.append(Problem(path.name, SEGMENT_HEADER_SIZE, bad))
         elif hdr.generation_start:

@@ -53,7 +53,7 @@ def marker(**changes: Any) -> bytes:
 
 def check(tmp_path: Path, data: bytes, anchors: bytes = OLD) -> str | None:
     (tmp_path / anchors_name(BASE)).write_bytes(anchors)
-    return check_generation_start(tmp_path, tmp_path / "seg", data, decode_segment_header(data))
+    return check_generation_start(tmp_path, data, decode_segment_header(data))
 
 
 def test_a_whole_generation_start_proves_its_cut(tmp_path: Path) -> None:

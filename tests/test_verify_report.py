@@ -9,13 +9,30 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Any
 
+import blake3
 import pytest
 
-from eventstore import Event, Ledger, LedgerClosedError, LedgerIOError
+from eventstore import (
+    CorruptLogError,
+    Event,
+    Ledger,
+    LedgerClosedError,
+    LedgerIOError,
+    UnsupportedFormatError,
+)
 from eventstore import verify as verify_mod
-from eventstore.frame import SEGMENT_HEADER_SIZE
-from eventstore.segments import list_segments, segment_name
+from eventstore.frame import (
+    GENERATION_START,
+    GENERATION_VERSION,
+    GENESIS_DIGEST,
+    SEGMENT_HEADER,
+    SEGMENT_HEADER_SIZE,
+    walk_frames,
+)
+from eventstore.generation import COMPACTED, anchors_name
+from eventstore.segments import list_segments, read_header, segment_content, segment_name
 
 TORN_TAIL = "; ignored, the next append moves it to quarantine/"
 
@@ -84,3 +101,103 @@ def test_a_segment_that_cannot_be_read_is_named_and_the_rest_checked(
         (segs[1].name, 0, f"cannot read {segs[1]}: EIO")]
     # the segment after it is read, and found not to start where the chain left off
     assert [p.segment for p in report.problems[1:]] == [segs[2].name]
+
+
+def _rewrite_header(path: Path, **change: Any) -> None:
+    """The segment's header with fields changed and its checksum made anew."""
+    data = bytearray(path.read_bytes())
+    magic, version, flags, roll_kib, base, prev = SEGMENT_HEADER.unpack_from(data, 0)
+    fields = {"version": version, "flags": flags, "roll_kib": roll_kib, "base": base,
+              "prev": prev, **change}
+    head = SEGMENT_HEADER.pack(magic, fields["version"], fields["flags"], fields["roll_kib"],
+                               fields["base"], fields["prev"])
+    data[:SEGMENT_HEADER_SIZE] = head + blake3.blake3(head).digest()[:8]
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flipped-byte", "newer-version"])
+def test_a_bad_header_inside_the_log_is_named_and_the_rest_checked(
+        tmp_path: Path, damage: str) -> None:
+    d = tmp_path / "log"
+    with log_of_segments(d, 4):
+        pass
+    segs = [p for _, p in list_segments(d)]
+    if damage == "flipped-byte":
+        data = bytearray(segs[1].read_bytes())
+        data[20] ^= 0x40  # inside the base seq: the header's checksum fails
+        segs[1].write_bytes(bytes(data))
+    else:
+        _rewrite_header(segs[1], version=99)
+    try:
+        read_header(segs[1])
+    except (CorruptLogError, UnsupportedFormatError) as e:
+        # the reason alone where the error has one, else its whole message
+        want = e.reason if isinstance(e, CorruptLogError) else str(e)
+    report = verify_mod.verify_log(d)
+    assert not report.ok
+    assert (report.problems[0].segment, report.problems[0].offset, report.problems[0].error) \
+        == (segs[1].name, 0, want)
+    # the segments after it are still checked: the next no longer chains on
+    assert [p.segment for p in report.problems[1:]] == [segs[2].name]
+
+
+def test_a_generation_whose_anchors_do_not_match_is_named(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    with Ledger.open(d) as led:
+        for i in range(3):
+            led.append([Event("v.v", None, {"i": i})])
+        written = led.start_generation(3, {}, [], at=5.0)
+    (d / anchors_name(written.base)).write_bytes(b"not the anchors")
+    report = verify_mod.verify_log(d)
+    seg = list_segments(d)[0][1]
+    assert [(p.segment, p.offset, p.error) for p in report.problems] == [
+        (seg.name, SEGMENT_HEADER_SIZE,
+         f"{anchors_name(written.base)} is missing or does not match {COMPACTED}")]
+
+
+@pytest.mark.parametrize("case", ["chain", "generation-start", "seq"])
+def test_a_header_that_does_not_continue_the_log_is_named(tmp_path: Path, case: str) -> None:
+    d = tmp_path / "log"
+    with log_of_segments(d, 3):
+        pass
+    (base, path) = list_segments(d)[1]
+    change = {"chain": {"prev": bytes(32)},
+              "generation-start": {"version": GENERATION_VERSION, "flags": GENERATION_START},
+              "seq": {"base": base + 1}}[case]
+    _rewrite_header(path, **change)
+    if case == "seq":
+        path = path.rename(d / segment_name(base + 1))
+    want = {"chain": "segment does not chain to the one before it",
+            "generation-start": "a generation start inside the generation",
+            "seq": f"segment starts at seq {base + 1}, expected {base}"}[case]
+    report = verify_mod.verify_log(d)
+    assert (report.problems[0].segment, report.problems[0].offset, report.problems[0].error) \
+        == (path.name, 0, want)
+
+
+@pytest.mark.parametrize("case", ["torn", "media"])
+def test_a_torn_final_frame_and_damage_before_valid_frames_are_told_apart(
+        tmp_path: Path, case: str) -> None:
+    """The walk of a segment stops at its first bad frame: the cut a crash leaves at
+    the end, or damage with whole frames after it."""
+    d = tmp_path / "log"
+    with Ledger.open(d) as led:
+        for i in range(4):
+            led.append([Event("v.v", None, {"i": i, "pad": "y" * 30})])
+    path = list_segments(d)[0][1]
+    data = bytearray(path.read_bytes())
+    offs = [f[0] for f in walk_frames(bytes(data), SEGMENT_HEADER_SIZE, GENESIS_DIGEST, 1)]
+    end = len(segment_content(path))
+    if case == "media":
+        data[offs[1] + 40] ^= 0x20  # inside frame 2: frames 3 and 4 still check out
+    else:
+        data[end : end + 40] = b"\x01" * 40  # the start of a frame never finished
+    path.write_bytes(bytes(data))
+    (problem,) = verify_mod.verify_log(d).problems
+    if case == "media":
+        assert (problem.segment, problem.offset, problem.error) == (
+            path.name, offs[1], "bad frame header; valid data follows (media corruption)")
+    else:
+        assert (problem.segment, problem.offset) == (path.name, end)
+        assert problem.error.startswith("torn final frame (")
+        assert problem.error.endswith("); ignored, the next append truncates it")
