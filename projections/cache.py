@@ -344,6 +344,7 @@ class CacheState:
         """Zero-copy: the columns stay views of ``data`` (a checkpoint's bytes, read or mapped)."""
         view = memoryview(data)
         (mlen,) = _LEN.unpack_from(view, 0)  # (the 0 left out: equivalent, the default)
+        # (4 : 5 + mlen, an equivalent mutant: cbor2 reads the one item, not the byte after)
         doc: dict[str, Any] = cbor2.loads(bytes(view[4 : 4 + mlen]))
         st = cls()
         st.seq, st._n = int(doc["seq"]), int(doc["n"])

@@ -1030,3 +1030,12 @@ def test_the_listing_applies_every_filter_together() -> None:
     # an unknown target with entries to leave out: nothing, not an index error
     assert _listed(state, target="nope", exclude={f"{2:064x}"}) == []
     assert _listed(state, target="a", exclude={f"{2:064x}"}) == [8, 6, 4]
+
+
+def test_a_cache_checkpoint_cut_short_or_overlong_is_refused_by_name() -> None:
+    data = _listing_state().to_bytes()
+    assert CacheState.from_bytes(data).snapshot() == _listing_state().snapshot()
+    with pytest.raises(ValueError, match="^cache checkpoint is shorter than its columns$"):
+        CacheState.from_bytes(data[:-1])
+    with pytest.raises(ValueError, match="^cache checkpoint has trailing bytes$"):
+        CacheState.from_bytes(data + b"\0")
