@@ -101,6 +101,8 @@ class FrameError(Exception):
     raiser knows it.
     """
 
+    # (a default of 1: an equivalent mutant; only walk_frames' errors are asked for
+    # next_seq, and they always give it)
     def __init__(self, offset: int, reason: str, next_seq: int = 0) -> None:
         super().__init__(f"byte {offset}: {reason}")
         self.offset = offset
@@ -326,6 +328,8 @@ def _rows_table(mv: memoryview) -> tuple[memoryview, int, int] | None:
     olen, pos = got
     if pos + olen > size or olen % 4 or sys.byteorder != "little":
         return None
+    # (equivalent mutants: "i", whose negative offsets fail the bounds check as the huge
+    # unsigned ones do; >= size above, as offsets that end the payload leave no events)
     offs = mv[pos : pos + olen].cast("I")
     got = _uint_head(mv, pos + olen, 0x80)  # the events array
     if got is None:
@@ -343,6 +347,8 @@ def _row_span(table: tuple[memoryview, int, int], i: int, size: int) -> tuple[in
 
 def _after_head(mv: memoryview) -> int | None:
     """Where the offsets start: after ``0x84``, float64 ``at`` and the batch id."""
+    # (<= 11 or < 12: equivalent mutants; 11 bytes end at the batch id, and the offsets'
+    # head that must follow is then refused)
     if len(mv) < 11 or mv[0] != 0x84 or mv[1] != 0xFB:
         return None
     b = mv[10]
@@ -365,6 +371,7 @@ def _uint_head(mv: memoryview, pos: int, major: int) -> tuple[int, int] | None:
     width = {24: 1, 25: 2, 26: 4, 27: 8}.get(info)
     if width is None or pos + 1 + width > len(mv):
         return None
+    # ("big" left out: an equivalent mutant, the default since Python 3.11)
     return int.from_bytes(mv[pos + 1 : pos + 1 + width], "big"), pos + 1 + width
 
 

@@ -570,6 +570,7 @@ class Ledger:
 
     def read_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[Batch]:
         """Whole batches overlapping the range, in order, checked against the chain."""
+        # (cast(None, ...): an equivalent mutant, cast does nothing at run time)
         return cast(Iterator[Batch], self._scan(max(1, from_seq), to_seq, BATCHES))
 
     def read_raw_batches(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[RawBatch]:

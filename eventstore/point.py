@@ -163,7 +163,7 @@ class PointReader:
             raise
         seg = self._open[path] = _Open(fd, index)
         while len(self._open) > OPEN_SEGMENTS:
-            _p, old = self._open.popitem(last=False)
+            _p, old = self._open.popitem(last=False)  # (last=None: as false, equivalent)
             os.close(old.fd)
         return seg
 
@@ -179,6 +179,8 @@ class PointReader:
         buf = pread_all(seg.fd, FIRST_READ, off)
         head = parse_frame_head(buf, 0)
         if head is None or head[2] != first or not first <= seq < first + head[1]:
+            # (any message: equivalent mutants; read_raw catches the ValueError and reads
+            # the batch whole, which names the problem itself)
             raise ValueError(f"no frame for seq {seq} at byte {off}")
         n, count, _f, _d = head
         return _event_in_frame(seg.fd, off, n, count, seq - first, seq, buf)
@@ -190,6 +192,8 @@ def _event_in_frame(
     """Event ``i`` (seq ``seq``) of the frame at ``off`` (payload ``n`` bytes), ``buf``
     holding the frame's first bytes; raises ValueError/OSError."""
     p0 = off + FRAME_HEADER_SIZE
+    # (> for >=: an equivalent mutant, a frame that exactly fills ``buf`` is read again
+    # the slow way; row_bounds called without a layout: None, as the test below wants)
     if len(buf) >= n + FRAME_OVERHEAD:
         frame = buf
         flen, fmagic = FOOTER.unpack_from(frame, n + FRAME_HEADER_SIZE)

@@ -27,7 +27,7 @@ def _content(path: Path) -> bytes:
     """A segment's bytes without the zeros preallocated past its last frame."""
     data = read_bytes(path)
     end = content_end(data, SEGMENT_HEADER_SIZE)
-    return data if end == len(data) else data[:end]
+    return data if end == len(data) else data[:end]  # (always the slice: equivalent)
 
 
 @attrs.frozen

@@ -227,6 +227,7 @@ class CacheState:
         if exclude:
             import numpy as np
 
+            # (no dtype: equivalent mutants, numpy makes S32 of 32-byte strings itself)
             drop = np.array([bytes.fromhex(k) for k in exclude], dtype="S32")
             order = order[~np.isin(cols[0][order], drop)]
         return [self._column_ref(cols, i) for i in order[offset : offset + limit]], len(order)

@@ -165,7 +165,7 @@ class CheckpointDir:
         """The watermark a primary checkpoint claims (unverified: a hint for scheduling)."""
         try:
             with open(self.path / (name + ".ckpt"), "rb") as f:
-                head = f.read(4096)
+                head = f.read(4096)  # (read(None) or 4097: equivalent, more of the same)
             (hlen,) = _LEN.unpack_from(head, 8)
             return int(cbor2.loads(head[12 : 12 + hlen])["seq"])
         except Exception:
@@ -314,7 +314,7 @@ class _Prefetch:
         self.path = path
         self._raw: memoryview | None = None
         self._ident: tuple[int, ...] | None = None
-        self._digest: bytes | None = None
+        self._digest: bytes | None = None  # ("": equivalent, run_all sets it or an error)
         self._error: BaseException | None = None
         self._done = _thread.allocate_lock()
         self._done.acquire()  # released by the worker when this file is done
@@ -322,6 +322,8 @@ class _Prefetch:
             try:
                 self._raw, self._ident = _mmap(path)
             except BaseException as e:  # handed to the caller by result()
+                # (None: an equivalent mutant; run_all then reads the file, which fails
+                # the same way or gives the bytes the mapping would have)
                 self._error = e
 
     @staticmethod
@@ -331,6 +333,7 @@ class _Prefetch:
                 if job._error is None:
                     if job._raw is None:
                         job._raw = _read(job.path)
+                    # (None: an equivalent mutant; _decode then computes the checksum)
                     job._digest = _checksum(job._raw)
             except BaseException as e:  # handed to the caller by result()
                 job._error = e
@@ -375,6 +378,7 @@ def _decode(
         return None, "checksum mismatch"
     (hlen,) = _LEN.unpack_from(raw, 8)
     try:
+        # (13 + hlen: an equivalent mutant, cbor2 reads the one item)
         header = cbor2.loads(bytes(raw[12 : 12 + hlen]))
         ck = Checkpoint(
             header["name"], int(header["version"]), int(header["seq"]), bytes(header["digest"]),

@@ -802,6 +802,57 @@ def test_prefetched_checkpoints_load_as_read_ones(tmp_path: Path, mapped: bool) 
     assert _loaded(ckd, "cache") == (want[0][1:], [])
 
 
+@pytest.mark.parametrize("mapped", [False, True], ids=["read", "mapped"])
+def test_prefetch_refuses_what_a_plain_load_refuses_and_maps_only_when_mapped(
+        tmp_path: Path, mapped: bool) -> None:
+    """A prefetched load records a mapping only when it mapped (else nothing can have
+    changed in place), and refuses each bad primary with the plain load's reason: an
+    empty file (which cannot be mapped), one a byte too short to be a checkpoint,
+    and one just long enough whose checksum is wrong. (An error in the mapping made
+    ahead is the one a read would give: run_all reads a file it could not map.)"""
+    from projections.checkpoints import MAGIC, SUM_SIZE
+
+    build(tmp_path)
+    ckd = CheckpointDir(ckpt_dir(tmp_path), readonly=True, mapped=mapped)
+    ckd.prefetch(["cache"])
+    assert [src for src, _ in _loaded(ckd, "cache")[0]] == ["primary", "backup"]
+    assert ckd.changed_in_place() == []
+    assert len(ckd._maps) == (2 if mapped else 0)
+    primary = ckpt_dir(tmp_path) / "cache.ckpt"
+    smallest = len(MAGIC) + 4 + SUM_SIZE
+    for content, why in ((b"", "not a checkpoint"),
+                         (MAGIC + bytes(smallest - len(MAGIC) - 1), "not a checkpoint"),
+                         (MAGIC + bytes(smallest - len(MAGIC)), "checksum mismatch")):
+        primary.write_bytes(content)
+        plain = _loaded(CheckpointDir(ckpt_dir(tmp_path), readonly=True, mapped=mapped), "cache")
+        ckd.prefetch(["cache"])
+        assert _loaded(ckd, "cache") == plain
+        assert plain[1] == [f"primary: {why}"], content
+
+
+def test_a_checkpoint_of_another_view_or_project_or_with_a_bad_header_is_refused(
+        tmp_path: Path) -> None:
+    """Each refusal says why (``ctxledger doctor`` and the rebuild notice show it)."""
+    import blake3
+
+    from projections.checkpoints import _LEN, MAGIC
+
+    d = tmp_path / "ck"
+    d.mkdir()
+    CheckpointDir(d, readonly=False, project="proj-a").write("cache", 1, 5, bytes(32), b"body")
+    mine = CheckpointDir(d, readonly=True, project="proj-a")
+    assert _loaded(mine, "cache") == ([("primary", 5)], [])
+    assert _loaded(CheckpointDir(d, readonly=True, project="proj-b"), "cache") == (
+        [], ["primary: belongs to another project"])
+    assert _loaded(CheckpointDir(d, readonly=True), "cache") == (
+        [], ["primary: belongs to another project"])
+    (d / "recall.ckpt").write_bytes((d / "cache.ckpt").read_bytes())
+    assert _loaded(mine, "recall") == ([], ["primary: belongs to another view"])
+    raw = MAGIC + _LEN.pack(3) + b"\xff\xfe\xfd" + b"body"  # no CBOR header
+    (d / "tasks.ckpt").write_bytes(raw + blake3.blake3(raw).digest())
+    assert _loaded(mine, "tasks") == ([], ["primary: bad header"])
+
+
 def test_an_uncollected_prefetch_ends_with_its_store(tmp_path: Path) -> None:
     build(tmp_path)
     with open_store(tmp_path) as store:
@@ -920,6 +971,37 @@ def test_close_leaves_a_checkpoint_less_than_close_lag_behind(tmp_path: Path) ->
     with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
         store.put({"target": "t", "summary": "3"})
     assert primary.read_bytes() != first  # 3 behind: written
+
+
+def test_an_append_loads_the_views_it_would_leave_close_lag_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Views stay unloaded while appends leave them less than close_lag events behind
+    their checkpoint (none: seq 0); the append that would reach the lag loads them
+    first, and from then on each batch is folded from memory, nothing read back."""
+    cfg = StoreConfig(checkpoint_every_events=10_000, checkpoint_every_seconds=1e9,
+                      checkpoint_close_lag=5)
+
+    def put(store: ContextStore, i: int) -> None:
+        store.put({"target": "t", "summary": str(i)})
+
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+        store.put_many([{"target": "t", "summary": str(i)} for i in range(4)])
+        assert store.runner.views == {}  # 4 behind seq 0
+        put(store, 4)  # would be 5 behind: loaded first
+        assert set(store.runner.views) == set(store.runner.projections)
+        read_back: list[object] = []
+        real = store.runner.catch_up
+        monkeypatch.setattr(store.runner, "catch_up", lambda *a, **k: (read_back.append(a),
+                                                                       real(*a, **k))[1])
+        put(store, 5)
+        put(store, 6)
+        assert read_back == []
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:  # checkpoints at 7
+        for i in range(7, 11):
+            put(store, i)
+            assert store.runner.views == {}, i  # at most 4 behind the checkpoints
+        put(store, 11)
+        assert set(store.runner.views) == set(store.runner.projections)
 
 
 def test_checkpoints_are_debounced_by_time(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from eventstore import (
     InvalidEventError,
     Ledger,
     LedgerError,
+    LedgerIOError,
     LockTimeout,
     MemoryLog,
     NotOwnerError,
@@ -1039,3 +1040,50 @@ def test_a_cache_checkpoint_cut_short_or_overlong_is_refused_by_name() -> None:
         CacheState.from_bytes(data[:-1])
     with pytest.raises(ValueError, match="^cache checkpoint has trailing bytes$"):
         CacheState.from_bytes(data + b"\0")
+
+
+def test_an_entry_of_a_store_without_files_has_no_freshness(tmp_path: Path) -> None:
+    """Freshness is checked only against a files root: without one it is None (not
+    checked), never an empty answer."""
+    with ContextStore.open(tmp_path) as store:
+        store.files_root = None  # as when the project root is no directory on disk
+        key = store.put({"target": "t", "summary": "s"}).cache_key
+        entry = store.get(key)
+        assert entry is not None and entry.freshness is None
+
+
+def test_read_bytes_from_an_offset_and_its_error(tmp_path: Path) -> None:
+    from eventstore.segments import read_bytes
+
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    assert read_bytes(p) == b"0123456789" and read_bytes(p, 4) == b"456789"
+    with pytest.raises(LedgerIOError) as err:
+        read_bytes(tmp_path / "missing")
+    assert str(err.value) == f"cannot read {tmp_path / 'missing'}: No such file or directory"
+
+
+def test_a_target_number_the_cache_view_does_not_hold_is_named() -> None:
+    state = _listing_state()
+    assert [state._target(i) for i in range(len(state.targets))] == state.targets
+    for tid in (len(state.targets), -1):
+        with pytest.raises(LedgerError, match=(
+                f"^the cache view names target #{tid}, which it does not hold: its "
+                r"checkpoint is damaged or forged; run `ctxledger rebuild`$")):
+            state._target(tid)
+
+
+def test_damage_inside_the_active_segment_is_named_where_it_is(tmp_path: Path) -> None:
+    """A writer opening a log whose last segment holds a bad frame with whole frames
+    after it: media damage, named by segment, offset and reason (a torn tail would be
+    cut; this must not be)."""
+    seg, data, offs = _one_segment_log(tmp_path)
+    bad = bytearray(data)
+    bad[offs[1] + 2] ^= 0x5A  # the frame magic of frame 2
+    seg.write_bytes(bytes(bad))
+    with pytest.raises(CorruptLogError) as err:
+        with Ledger.open(tmp_path / "log") as led:
+            led.append([Event("x.x", None, {})])
+    assert (err.value.segment, err.value.offset, err.value.reason) == (
+        seg, offs[1], "bad frame header")
+    assert seg.read_bytes() == bytes(bad)

@@ -330,3 +330,31 @@ def test_an_io_error_is_a_ledger_io_error(tmp_path: Path, monkeypatch: pytest.Mo
         reader.read(1)
     assert str(err.value) == f"cannot read {tmp_path}: {os.strerror(errno.EIO)}"
     reader.close()
+
+
+def test_an_offsets_table_pointing_outside_its_payload_is_read_whole_and_named(
+        tmp_path: Path) -> None:
+    """A point read takes an event's bounds on trust only while they lie inside the
+    payload: offsets that do not are no fast path, and the batch read in full (its
+    digest checked) names the damage."""
+    from eventstore import Ledger
+    from eventstore.frame import GENESIS_DIGEST, walk_frames
+
+    d = tmp_path / "log"
+    with Ledger.open(d) as led:
+        led.append([Event("p.p", None, data(i, 5)) for i in range(1, 4)])
+        led.append([Event("p.p", None, data(4, 5))])  # whole frames after the damage
+    path = d / segment_name(1)
+    raw = bytearray(path.read_bytes())
+    (off, _end, _first, count, _dg, p0, p1), _ = list(
+        walk_frames(bytes(raw), SEGMENT_HEADER_SIZE, GENESIS_DIGEST, 1))
+    layout = point_mod.payload_layout(bytes(raw[p0:p1]), count)
+    assert layout is not None
+    offs = p0 + layout[1]
+    raw[offs + 4 : offs + 8] = (0xFFFFFF).to_bytes(4, "little")  # event 2 starts far past the end
+    path.write_bytes(bytes(raw))
+    with Ledger.open(d, readonly=True) as led:
+        for seq in (1, 2):
+            with pytest.raises(CorruptLogError) as err:
+                led.read_raw(seq)
+            assert (err.value.segment, err.value.offset) == (path, off)

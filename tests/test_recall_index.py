@@ -561,3 +561,16 @@ def test_values_with_a_lone_surrogate_match_exactly(delta: bool) -> None:
                          ("test_\udcffx", "test_match"), ("task-\udcff", "task_match")):
         hits = idx.search(word)
         assert keys(hits) == ["s"] and reason in hits[0].match_reasons, word
+
+
+def test_task_first_over_a_task_of_hundreds_of_entries() -> None:
+    """A task holding hundreds of entries, a word only three of them hold: the tiny
+    candidate set is checked one doc at a time, against the task's docs (a bitmap at
+    this size) first and then outside them."""
+    docs = [doc(f"e{i:03d}", "rare finding" if i in (5, 250, 390) else "common text",
+                float(i), tasks=("t-1",) if i < 300 else ()) for i in range(400)]
+    for ix in (RecallIndex.build(docs), RecallIndex.from_bytes(RecallIndex.build(docs).to_bytes())):
+        first = ix.search("rare", scope="task-first", task_id="t-1")
+        assert keys(first) == ["e250", "e005", "e390"]
+        assert [("task_match" in h.match_reasons) for h in first] == [True, True, False]
+        assert keys(ix.search("rare", scope="task-only", task_id="t-1")) == ["e250", "e005"]

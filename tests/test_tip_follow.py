@@ -208,3 +208,21 @@ def test_a_compaction_at_the_head_is_followed_without_a_reload(
     finally:
         a.close()
         b.close()
+
+
+def test_a_failed_read_of_the_active_segment_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-reading the active segment (after a frame it had seen was cut) fails as a
+    LedgerIOError naming the segment and the system's reason."""
+    d = tmp_path / "log"
+    with Ledger.open(d) as led:
+        led.append([Event("a.a", None, {"i": 1})])
+        path = led._tip.path
+
+        def failing(fd: int, n: int, offset: int) -> bytes:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        monkeypatch.setattr(tip_mod, "pread_all", failing)
+        with pytest.raises(LedgerIOError) as err:
+            led._tip.read_active()
+        assert str(err.value) == f"cannot read {path}: {os.strerror(errno.EIO)}"

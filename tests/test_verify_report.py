@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import blake3
+import cbor2
 import pytest
 
 from eventstore import (
@@ -29,6 +30,9 @@ from eventstore.frame import (
     GENESIS_DIGEST,
     SEGMENT_HEADER,
     SEGMENT_HEADER_SIZE,
+    decode_payload,
+    encode_frame_parts,
+    encode_segment_header,
     walk_frames,
 )
 from eventstore.generation import COMPACTED, anchors_name
@@ -201,3 +205,70 @@ def test_a_torn_final_frame_and_damage_before_valid_frames_are_told_apart(
         assert (problem.segment, problem.offset) == (path.name, end)
         assert problem.error.startswith("torn final frame (")
         assert problem.error.endswith("); ignored, the next append truncates it")
+
+
+def test_opening_a_store_with_progress_hears_of_every_event_folded(tmp_path: Path) -> None:
+    """``ContextStore.open(progress=...)`` loads the views at once and reports the
+    events each fold goes through (no checkpoint yet: the whole log)."""
+    from projections import ContextStore
+
+    with ContextStore.open(tmp_path) as store:
+        for i in range(5):
+            store.put({"target": "t", "summary": f"entry {i}"})
+        head = store.ledger.head
+    for ck in tmp_path.rglob("*.ckpt*"):  # no checkpoint: every view folds the whole log
+        ck.unlink()
+    heard: list[int] = []
+    with ContextStore.open(tmp_path, readonly=True, progress=heard.append) as store:
+        assert heard and all(n > 0 for n in heard)
+        views = len(store.runner.projections)
+        assert sum(heard) == head * views
+
+
+ROW = ["v.v", None, {"i": 1}]
+BAD_ROWS = [
+    # (rows in the payload, events the frame header says, the reason verify gives)
+    ([ROW], 2, "frame header says 2 events, payload holds 1"),
+    ([["v.v", None]], 1, "event is not [kind, key, data]"),   # a kind, but two items
+    (["abc"], 1, "event is not [kind, key, data]"),           # three items, not a list
+    ([[5, None, {}]], 1, "event is not [kind, key, data]"),
+    ([["v.v", 5, {}]], 1, "event key or data has the wrong type"),
+    ([["v.v", None, []]], 1, "event key or data has the wrong type"),
+]
+
+
+def _log_of_payloads(d: Path, payloads: list[tuple[int, bytes]]) -> list[int]:
+    """A log of one segment holding frames (count, payload) from seq 1, their checksums
+    and chain right; returns each frame's offset."""
+    prev, seq, body, offs = GENESIS_DIGEST, 1, b"", []
+    for count, payload in payloads:
+        frame, prev = encode_frame_parts(prev, seq, count, (payload,))
+        offs.append(SEGMENT_HEADER_SIZE + len(body))
+        body += frame
+        seq += count
+    d.mkdir()
+    (d / segment_name(1)).write_bytes(encode_segment_header(1, GENESIS_DIGEST, 1 << 20) + body)
+    return offs
+
+
+@pytest.mark.parametrize(("rows", "count", "why"), BAD_ROWS)
+def test_a_payload_whose_events_are_not_events_is_named(
+        tmp_path: Path, rows: list[Any], count: int, why: str) -> None:
+    d = tmp_path / "log"
+    good = cbor2.dumps([1.5, None, [ROW]])
+    offs = _log_of_payloads(d, [(1, good), (count, cbor2.dumps([2.5, None, rows])), (1, good)])
+    report = verify_mod.verify_log(d)
+    assert [(p.segment, p.offset, p.error) for p in report.problems] == [
+        (segment_name(1), offs[1], why)]
+    assert report.frames == 3 and report.events == 2 + count  # the walk goes on past it
+
+
+def test_a_payload_that_does_not_decode_is_named_with_the_decoders_reason(
+        tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    bad = cbor2.dumps("no batch")
+    offs = _log_of_payloads(d, [(1, cbor2.dumps([1.5, None, [ROW]])), (1, bad)])
+    with pytest.raises(ValueError) as err:
+        decode_payload(bad)
+    report = verify_mod.verify_log(d)
+    assert [(p.offset, p.error) for p in report.problems] == [(offs[1], str(err.value))]

@@ -349,6 +349,8 @@ def valid_fn(ix: RecallIndex, q: QueryState, exclude: np.ndarray | None) -> Any:
     alive = ix._alive_mv
     la, since, until = q.la, q.since, q.until
     if la is not None and q.i0 == 0 and ix._n == ix._nb:
+        # (``la is None and``: an equivalent mutant; with nothing expired the time
+        # check never fails)
         la = None  # nothing has expired
     rs = None if q.restrict is None else Member(q.restrict, ix._n)
     ex = None if exclude is None else Member(exclude, ix._n)
