@@ -4,7 +4,7 @@ File layout (``checkpoints/<name>.ckpt`` and ``<name>.ckpt.bak``), format 2::
 
     8   magic b"CTXLCKP2"
     4   header length h (u32 LE)
-    h   CBOR header {"name", "version", "seq", "digest", "written_at"}
+    h   CBOR header {"name", "version", "seq", "digest", "written_at"[, "project"]}
     n   body (the view's own encoding)
     32  blake3 of everything before it
 

@@ -830,6 +830,26 @@ def test_prefetch_refuses_what_a_plain_load_refuses_and_maps_only_when_mapped(
         assert plain[1] == [f"primary: {why}"], content
 
 
+def test_a_checkpoint_header_holds_what_the_format_says(tmp_path: Path) -> None:
+    """The CBOR header after the magic and its length: name, version, seq, digest, the
+    time it was written and, in agent scope, the project (the format in checkpoints.py)."""
+    import cbor2
+
+    from projections.checkpoints import _LEN, MAGIC
+
+    d = tmp_path / "ck"
+    before = time.time()
+    CheckpointDir(d, readonly=False, project="proj-a").write("cache", 3, 7, b"\1" * 32, b"b")
+    after = time.time()
+    raw = (d / "cache.ckpt").read_bytes()
+    assert raw[:8] == MAGIC
+    (hlen,) = _LEN.unpack_from(raw, 8)
+    header = cbor2.loads(raw[12 : 12 + hlen])
+    assert {k: header[k] for k in ("name", "version", "seq", "digest", "project")} == {
+        "name": "cache", "version": 3, "seq": 7, "digest": b"\1" * 32, "project": "proj-a"}
+    assert before <= header["written_at"] <= after
+
+
 def test_a_checkpoint_of_another_view_or_project_or_with_a_bad_header_is_refused(
         tmp_path: Path) -> None:
     """Each refusal says why (``ctxledger doctor`` and the rebuild notice show it)."""
@@ -929,7 +949,8 @@ def test_a_failed_checkpoint_write_leaves_no_temp_file(tmp_path: Path, monkeypat
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(_osio, "fsync", no_space)
-    with pytest.raises(LedgerError, match="No space left"):
+    with pytest.raises(LedgerError,
+                       match="^cannot write checkpoint cache: No space left on device$"):
         CheckpointDir(ckpt_dir(tmp_path), readonly=False).write("cache", 1, 0, b"\0" * 32, b"x")
     monkeypatch.undo()
     assert sorted(p.name for p in ckpt_dir(tmp_path).iterdir()) == before
@@ -1240,3 +1261,28 @@ def test_both_compaction_paths_give_the_same_state(
     assert CacheState.from_bytes(body).snapshot() == want
     monkeypatch.setattr(cache_mod, "_SMALL", 10**9 - small)
     assert CacheState.from_bytes(body).to_bytes() == body  # the other path writes the same bytes
+
+
+def test_a_writer_catches_up_with_another_before_folding_its_own_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer's batch lands between this writer's appends: the views first
+    fold it from the log, up to the seq before their own batch and no further, then
+    their own batch from memory, so they hold both before anything syncs them."""
+    with ContextStore.open(tmp_path, clock=NEVER) as a, \
+            ContextStore.open(tmp_path, clock=NEVER) as b:
+        a.put({"target": "t", "summary": "a0"})
+        a.list()  # a's views are loaded: its appends fold into them
+        b.put({"target": "t", "summary": "b1"})
+        calls: list[object] = []
+        real = a.runner.catch_up
+
+        def spy(until: int | None = None) -> int:
+            calls.append(until)
+            return real(until=until)
+
+        monkeypatch.setattr(a.runner, "catch_up", spy)
+        a.put({"target": "t", "summary": "a2"})
+        assert calls == [2]  # the other writer's seq 2, not this writer's own seq 3
+        cache = a.runner.views["cache"].state
+        assert cache.seq == a.ledger.head == 3
+        assert len(list(cache.select(live_after=None))) == 3

@@ -40,8 +40,8 @@ def payload(rows: list[bytes], offs_width: int = 1, rows_width: int = 0,
             offsets.append(at)
             at += len(r)
     table = struct.pack(f"<{len(offsets)}I", *offsets)
-    bid_bytes = b"\xf6" if bid is None else (
-        head(0x60, len(bid), 1 if len(bid) < 256 else 2) + bid.encode())
+    width = 0 if bid is None or len(bid) < 24 else 1 if len(bid) < 256 else 2
+    bid_bytes = b"\xf6" if bid is None else head(0x60, len(bid), width) + bid.encode()
     front = (b"\x84\xfb" + struct.pack(">d", 2.5) + bid_bytes
              + head(0x40, len(table), offs_width) + table
              + head(0x80, len(rows) if count is None else count, rows_width))
@@ -67,7 +67,7 @@ def test_every_head_width_gives_the_events_where_they_are(offs_width: int,
 
 
 def test_a_long_batch_id_and_no_batch_id() -> None:
-    for bid in (None, "b" * 30, "b" * 300):
+    for bid in (None, "", "b" * 30, "b" * 300):  # "": a head whose argument is 0
         p, start = payload(ROWS, bid=bid)
         assert [row_bounds(p, i) for i in range(3)] == spans(ROWS, start)
 
