@@ -11,15 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import cbor2
+from segments_by_hand import segment_of_frames
 
 from eventstore import Event, Ledger
 from eventstore.event import encode_batch
-from eventstore.frame import (
-    GENESIS_DIGEST,
-    encode_frame_parts,
-    encode_segment_header,
-    payload_prefix,
-)
+from eventstore.frame import payload_prefix
 
 OLD = [["o.o", None, {"i": 3}], ["o.o", "k", {"i": 4}]]
 
@@ -30,14 +26,9 @@ def old_and_new_log(tmp_path: Path) -> Path:
     new2 = encode_batch([Event("n.n", "z", {"i": 5})], None)[0]
     payloads = [(2, payload_prefix(1.5, "b1") + new1), (2, cbor2.dumps([7.25, "old", OLD])),
                 (1, payload_prefix(9.5, None) + new2)]
-    prev, seq, body = GENESIS_DIGEST, 1, b""
-    for count, payload in payloads:
-        frame, prev = encode_frame_parts(prev, seq, count, (payload,))
-        body += frame
-        seq += count
     d = tmp_path / "log"
     d.mkdir()
-    (d / f"{1:020d}.seg").write_bytes(encode_segment_header(1, GENESIS_DIGEST, 1 << 20) + body)
+    (d / f"{1:020d}.seg").write_bytes(segment_of_frames(payloads)[0])
     return d
 
 

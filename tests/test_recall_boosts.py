@@ -11,7 +11,7 @@ the recall oracle's corpora have no paths or symbols.)
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
@@ -52,14 +52,12 @@ def plain_boosts(ix: RecallIndex, words: list[str], q: QueryState,
     total: dict[int, float] = {}
     kinds: dict[str, set[int]] = {k: set() for k in NO_KINDS}
     for w in words:
-        found: dict[str, list[tuple[list[int], float]]] = {}
-
-        def add(docs: list[int], b: float, kind: str,
-                found: dict[str, list[tuple[list[int], float]]] = found) -> None:
-            if docs:
-                found.setdefault(kind, []).append((docs, b))
-
-        match_word(ix, w, q, add)
+        calls: list[tuple[list[int], float, str]] = []
+        match_word(ix, w, q, lambda *call, out=calls: out.append(call))
+        found: dict[str, list[tuple[list[int], float]]] = defaultdict(list)
+        for docs, b, kind in calls:
+            if len(docs):  # a level that matched no doc is no level
+                found[kind].append((list(docs), b))
         seen["kinds>1"] += len(found) > 1
         for kind, levels in found.items():
             seen["levels>1"] += len(levels) > 1

@@ -16,14 +16,12 @@ from pathlib import Path
 
 import cbor2
 import pytest
+from segments_by_hand import segment_of_frames
 
 from eventstore import CorruptLogError, Event
 from eventstore.event import encode_batch
 from eventstore.frame import (
-    GENESIS_DIGEST,
     SEGMENT_HEADER_SIZE,
-    encode_frame_parts,
-    encode_segment_header,
     payload_prefix,
 )
 from eventstore.segments import recent_heads
@@ -35,14 +33,9 @@ def rows(first: int, count: int) -> bytes:
 
 def build(tmp_path: Path, payloads: list[tuple[int, bytes]]) -> tuple[Path, list[int]]:
     """A segment of frames (count, payload) from seq 1; returns it and each frame's offset."""
-    prev, seq, body, offsets = GENESIS_DIGEST, 1, b"", []
-    for count, payload in payloads:
-        frame, prev = encode_frame_parts(prev, seq, count, (payload,))
-        offsets.append(SEGMENT_HEADER_SIZE + len(body))
-        body += frame
-        seq += count
+    data, offsets = segment_of_frames(payloads)
     path = tmp_path / "seg"
-    path.write_bytes(encode_segment_header(1, GENESIS_DIGEST, 1 << 20) + body)
+    path.write_bytes(data)
     return path, offsets
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import blake3
 import cbor2
 import pytest
+from segments_by_hand import segment_of_frames
 
 from eventstore import (
     CorruptLogError,
@@ -31,8 +32,6 @@ from eventstore.frame import (
     SEGMENT_HEADER,
     SEGMENT_HEADER_SIZE,
     decode_payload,
-    encode_frame_parts,
-    encode_segment_header,
     walk_frames,
 )
 from eventstore.generation import COMPACTED, anchors_name
@@ -240,14 +239,9 @@ BAD_ROWS = [
 def _log_of_payloads(d: Path, payloads: list[tuple[int, bytes]]) -> list[int]:
     """A log of one segment holding frames (count, payload) from seq 1, their checksums
     and chain right; returns each frame's offset."""
-    prev, seq, body, offs = GENESIS_DIGEST, 1, b"", []
-    for count, payload in payloads:
-        frame, prev = encode_frame_parts(prev, seq, count, (payload,))
-        offs.append(SEGMENT_HEADER_SIZE + len(body))
-        body += frame
-        seq += count
+    data, offs = segment_of_frames(payloads)
     d.mkdir()
-    (d / segment_name(1)).write_bytes(encode_segment_header(1, GENESIS_DIGEST, 1 << 20) + body)
+    (d / segment_name(1)).write_bytes(data)
     return offs
 
 
