@@ -180,11 +180,14 @@ class Runner:
             return
         head = self.ledger.head
         for name in self.projections:
-            if name not in self.views:
-                if name not in self._claimed:
-                    self._claimed[name] = self.ckdir.peek_seq(name) or 0
-                if head + count - self._claimed[name] >= self.close_lag:
-                    self.view(name)
+            if name not in self.views and head + count - self._claimed_seq(name) >= self.close_lag:
+                self.view(name)
+
+    def _claimed_seq(self, name: str) -> int:
+        """The watermark an unloaded view's checkpoint claims (0: none), read once."""
+        if name not in self._claimed:
+            self._claimed[name] = self.ckdir.peek_seq(name) or 0
+        return self._claimed[name]
 
     def fold_own(
         self, rows: list[tuple[str, str | None, Any]], first_seq: int, at: float, nbytes: int = 0
@@ -243,11 +246,8 @@ class Runner:
         checkpoint claims), so a writer that never reads still keeps them fresh.
         """
         for name in self.projections:
-            if name not in self.views:
-                if name not in self._claimed:
-                    self._claimed[name] = self.ckdir.peek_seq(name) or 0
-                if head - self._claimed[name] >= self.every_events:
-                    self.view(name)
+            if name not in self.views and head - self._claimed_seq(name) >= self.every_events:
+                self.view(name)
         if not self.views:
             return
         pending = max(v.state.seq - v.checkpointed_seq for v in self.views.values())

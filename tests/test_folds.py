@@ -1052,6 +1052,24 @@ def test_a_writer_that_never_reads_still_checkpoints(tmp_path: Path) -> None:
     reopen_and_check(tmp_path, expected, "primary", []).close()
 
 
+def test_a_writer_that_never_reads_loads_its_views_every_events_past_their_checkpoint(
+        tmp_path: Path) -> None:
+    """Unloaded views count by the watermark their checkpoint claims (none: 0): the
+    append that brings the head ``every_events`` past it loads them and checkpoints,
+    and not one append sooner (close_lag set out of the way)."""
+    cfg = StoreConfig(checkpoint_every_events=5, checkpoint_every_seconds=1e9,
+                      checkpoint_close_lag=10**6)
+    ckd = CheckpointDir(ckpt_dir(tmp_path), readonly=True)
+    for session, first in ((1, 1), (2, 6)):
+        with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+            for seq in range(first, first + 4):
+                store.put({"target": "t", "summary": str(seq)})
+                assert store.runner.views == {}, (session, seq)
+            store.put({"target": "t", "summary": str(first + 4)})
+            assert set(store.runner.views) == set(store.runner.projections), session
+            assert ckd.peek_seq("cache") == first + 4
+
+
 def test_a_failed_debounced_checkpoint_does_not_fail_the_put(tmp_path: Path) -> None:
     """The append committed: put must return (a checkpoint is only a cache)."""
     cfg = StoreConfig(checkpoint_every_events=2, checkpoint_every_seconds=1e9)
@@ -1062,8 +1080,12 @@ def test_a_failed_debounced_checkpoint_does_not_fail_the_put(tmp_path: Path) -> 
         ckpt_dir(tmp_path).write_text("a file where the directory should be")
         rs = store.put_many([{"target": "t", "summary": str(i)} for i in range(3)])
         assert [r.seq for r in rs] == [1, 2, 3]
-        assert store.runner.checkpoint_error is not None
-        assert store.stats()["entries"] == 3
+        err = store.runner.checkpoint_error
+        assert err is not None and err.startswith("cannot write checkpoint ")
+        store.put({"target": "t", "summary": "3"})  # and the next append is not troubled
+        assert store.runner.checkpoint_error == err
+        store.put({"target": "t", "summary": "4"})
+        assert store.stats()["entries"] == 5
         assert store.get(rs[0].cache_key) is not None
         ckpt_dir(tmp_path).unlink()
         expected = view_state(store).snapshot()
