@@ -1308,3 +1308,24 @@ def test_a_writer_catches_up_with_another_before_folding_its_own_batch(
         cache = a.runner.views["cache"].state
         assert cache.seq == a.ledger.head == 3
         assert len(list(cache.select(live_after=None))) == 3
+
+
+def test_checkpoints_are_due_once_the_bytes_folded_reach_every_bytes(tmp_path: Path) -> None:
+    """Besides events and seconds, the packet bytes folded since the last checkpoint
+    make one due: at exactly ``every_bytes``, summed over the appends."""
+    packets = [{"target": "t", "summary": "a" * 300}, {"target": "t", "summary": "b" * 500}]
+    with ContextStore.open(tmp_path / "probe", clock=NEVER) as probe:
+        sizes = []
+        for pk in packets:
+            entry = probe.get(probe.put(pk).cache_key)
+            assert entry is not None
+            sizes.append(entry.metadata["bytes"])
+    cfg = StoreConfig(checkpoint_every_events=10**6, checkpoint_every_seconds=1e9)
+    primary = ckpt_dir(tmp_path) / "cache.ckpt"
+    with ContextStore.open(tmp_path, clock=NEVER, config=cfg) as store:
+        store.list()  # the views are loaded: appends fold into them
+        store.runner.every_bytes = sum(sizes)
+        store.put(packets[0])
+        assert not primary.exists()
+        store.put(packets[1])
+        assert primary.exists()
