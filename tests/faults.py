@@ -48,6 +48,19 @@ def oserror(code: int) -> Callable[..., Any]:
     return fail
 
 
+def failing_for(real: Callable[..., Any], where: Path, exc: BaseException
+                ) -> Callable[..., Any]:
+    """A stand-in for ``real`` that raises ``exc`` when called on the path ``where``
+    (its first argument) and is ``real`` for every other path."""
+
+    def call(path: Any, *a: Any, **k: Any) -> Any:
+        if Path(path) == where:
+            raise exc
+        return real(path, *a, **k)
+
+    return call
+
+
 def short_then(code: int) -> Callable[..., Any]:
     """pwrite that writes half of the first call's bytes, then fails with ``code``."""
     real = os.pwrite

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from cache_strategies import tree_bytes
 from click.testing import CliRunner, Result
+from faults import failing_for
 
 from cli.main import ctxledger
 from eventstore import Event, Ledger, NotOwnerError, private
@@ -208,14 +209,8 @@ def test_mode_warnings_walks_past_links_and_unlistable_dirs_and_quotes_paths(
     shut = root / "c-shut"
     shut.mkdir(mode=0o700)
     os.chmod(shut, 0o700)
-    real = os.scandir
-
-    def scandir(path: Any) -> Any:
-        if Path(path) == shut:
-            raise PermissionError(13, "Permission denied")
-        return real(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "scandir", failing_for(os.scandir, shut,
+                                                   PermissionError(13, "Permission denied")))
     assert private.mode_warnings(root) == [
         f"{wide} is mode 0644: group or others can use it "
         f"(ctxledger makes it 0600; chmod 600 '{wide}')",
@@ -225,12 +220,6 @@ def test_mode_warnings_walks_past_links_and_unlistable_dirs_and_quotes_paths(
     # passed over, and the walk goes on after it
     gone = root / "a-tmp"
     gone.write_text("x")
-    real_lstat = os.lstat
-
-    def lstat(path: Any) -> Any:
-        if Path(path) == gone:
-            raise FileNotFoundError(2, "No such file or directory")
-        return real_lstat(path)
-
-    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "lstat", failing_for(os.lstat, gone,
+                                                 FileNotFoundError(2, "No such file or directory")))
     assert len(private.mode_warnings(root)) == 2

@@ -14,6 +14,7 @@ from typing import Any
 import blake3
 import cbor2
 import pytest
+from faults import failing_for
 from segments_by_hand import segment_of_frames
 
 from eventstore import (
@@ -90,14 +91,9 @@ def test_a_segment_that_cannot_be_read_is_named_and_the_rest_checked(
     with log_of_segments(d, 3):
         pass
     segs = [p for _, p in list_segments(d)]
-    real = verify_mod.read_bytes
-
-    def failing(path: Path, offset: int = 0) -> bytes:
-        if path == segs[1]:
-            raise LedgerIOError(f"cannot read {path}: {errno.errorcode[errno.EIO]}")
-        return real(path, offset)
-
-    monkeypatch.setattr(verify_mod, "read_bytes", failing)
+    monkeypatch.setattr(verify_mod, "read_bytes", failing_for(
+        verify_mod.read_bytes, segs[1],
+        LedgerIOError(f"cannot read {segs[1]}: {errno.errorcode[errno.EIO]}")))
     report = verify_mod.verify_log(d)
     assert not report.ok and report.segments == len(segs)
     assert [(p.segment, p.offset, p.error) for p in report.problems[:1]] == [
