@@ -50,6 +50,7 @@ _HEX = frozenset("0123456789abcdef")
 
 
 Row = tuple[int, float, int, int]  # (seq, created_at, target_id, nbytes)
+_ROW_FIELD = {"seqs": 0, "created": 1, "tids": 2, "nbytes": 3}  # column -> its place in a Row
 _ROW_DTYPE = [("seq", "<i8"), ("created", "<f8"), ("tid", "<i4"), ("nbytes", "<i8")]
 
 
@@ -277,13 +278,13 @@ class CacheState:
 
     def compact(self) -> None:
         """Merge the delta into new sorted base columns (numpy only for big states)."""
-        if self._n + len(self.delta) < _SMALL:
-            self._compact_small()
+        if self._n + len(self.delta) < _SMALL:  # (either path gives the same columns: a
+            self._compact_small()                # `-` or `<=` here is an equivalent mutant)
             return
         import numpy as np
 
         keys, seqs, created, tids, nbytes = self.live_columns()
-        order = np.argsort(keys, kind="stable")
+        order = np.argsort(keys)  # the keys are distinct: any sort gives this order
         cols = {
             "keys": keys[order],
             "seqs": seqs[order],
@@ -314,13 +315,10 @@ class CacheState:
                 rows[k] = r
         order = sorted(rows)
         self._n = len(order)
-        self._base = {
-            "keys": memoryview(b"".join(order)),
-            "seqs": memoryview(array("q", [rows[k][0] for k in order])),
-            "created": memoryview(array("d", [rows[k][1] for k in order])),
-            "nbytes": memoryview(array("q", [rows[k][3] for k in order])),
-            "tids": memoryview(array("i", [rows[k][2] for k in order])),
-        }
+        self._base = {"keys": memoryview(b"".join(order))}
+        for name, fmt, _dt, _s in _COLUMNS[1:]:
+            field = _ROW_FIELD[name]
+            self._base[name] = memoryview(array(fmt, [rows[k][field] for k in order]))
         self.delta = {}
 
     def to_bytes(self) -> bytes:
@@ -338,7 +336,7 @@ class CacheState:
         )
         head = _LEN.pack(len(meta)) + meta
         head += bytes(-len(head) % 8)
-        return head + b"".join(self._base[name].cast("B") for name, *_ in _COLUMNS)
+        return head + b"".join(self._base[name] for name, *_ in _COLUMNS)  # (their raw bytes)
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> CacheState:

@@ -424,7 +424,8 @@ class Calibration:
         assert runner is not None and self._ledger is not None
         runner.before_append(1)
         receipt = self._ledger.append([Event(SAMPLE, None, data)])
-        runner.fold_own([(SAMPLE, None, data)], receipt.first_seq, receipt.at)
+        # (no packet bytes: every_bytes counts the cache's packets, and samples are tiny)
+        runner.fold_own([(SAMPLE, None, data)], receipt.first_seq, receipt.at, nbytes=0)
         runner.maybe_checkpoint(receipt.last_seq)
         return receipt.first_seq
 

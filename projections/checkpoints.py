@@ -4,7 +4,7 @@ File layout (``checkpoints/<name>.ckpt`` and ``<name>.ckpt.bak``), format 2::
 
     8   magic b"CTXLCKP2"
     4   header length h (u32 LE)
-    h   CBOR header {"name", "version", "seq", "digest", "written_at"[, "project"]}
+    h   CBOR header {"name", "version", "seq", "digest", "written_at"[, "project"], "pad"}
     n   body (the view's own encoding)
     32  blake3 of everything before it
 
@@ -25,6 +25,7 @@ instead (short-lived read-only processes: the CLI's read commands); see
 from __future__ import annotations
 
 import _thread
+import contextlib
 import mmap
 import os
 import struct
@@ -228,12 +229,14 @@ class CheckpointDir:
     def _sweep(self, name: str) -> None:
         """Delete temp files that writers which died mid-checkpoint left behind."""
         try:
-            for p in self.path.glob(f"{name}.ckpt.*.tmp"):
-                pid = p.name[len(name) + 6 :].split(".", 1)[0]
-                if not pid.isdigit() or (int(pid) != os.getpid() and not _alive(int(pid))):
-                    p.unlink(missing_ok=True)
+            strays = list(self.path.glob(f"{name}.ckpt.*.tmp"))
         except OSError:
-            pass  # best effort: a stray file costs only space
+            return  # best effort: a stray file costs only space
+        for p in strays:
+            pid = p.name[len(name) + 6 :].partition(".")[0]  # <name>.ckpt.<pid>.<token>.tmp
+            if not pid.isdigit() or (int(pid) != os.getpid() and not _alive(int(pid))):
+                with contextlib.suppress(OSError):  # gone already (another writer swept it)
+                    p.unlink()
 
 
 def _alive(pid: int) -> bool:
@@ -257,11 +260,12 @@ def _prefix(header: dict[str, object]) -> bytes:
     Views read their columns in place from the body; aligned columns are
     faster for numpy (and for the CPU).
     """
-    for pad in range(128):  # the byte-string head grows at 24: some residues need pad + 64
+    pad = 0  # the shortest pad that aligns: fewer than 128 bytes (the byte-string head
+    while True:  # grows at 24 bytes, so some residues need pad + 64)
         raw = cbor2.dumps({**header, "pad": bytes(pad)})
         if (len(MAGIC) + 4 + len(raw)) % 64 == 0:
             return MAGIC + _LEN.pack(len(raw)) + raw
-    raise AssertionError("no padding aligns the checkpoint body")  # unreachable
+        pad += 1
 
 
 def _read(path: Path) -> memoryview:

@@ -16,6 +16,10 @@ from eventstore import LedgerError
 from .packet import DEFAULT_MAX_PACKET_BYTES
 
 DEFAULT_TTL = 86_400
+# when a writer checkpoints its views (docs/architecture.md, "When checkpoints are written")
+CHECKPOINT_EVERY_EVENTS = 50_000
+CHECKPOINT_EVERY_SECONDS = 30.0
+CHECKPOINT_CLOSE_LAG = 256
 KNOWN_SETTINGS: dict[str, tuple[str, ...]] = {
     "cache": ("ttl_seconds",),
     "store": ("max_packet_bytes", "sync"),
@@ -36,9 +40,9 @@ class StoreConfig:
     ttl_seconds: float = DEFAULT_TTL
     max_packet_bytes: int = DEFAULT_MAX_PACKET_BYTES
     sync: str = "always"
-    checkpoint_every_events: int = 50_000
-    checkpoint_every_seconds: float = 30.0
-    checkpoint_close_lag: int = 256
+    checkpoint_every_events: int = CHECKPOINT_EVERY_EVENTS
+    checkpoint_every_seconds: float = CHECKPOINT_EVERY_SECONDS
+    checkpoint_close_lag: int = CHECKPOINT_CLOSE_LAG
     storage_scope: str | None = None
     """``[storage] scope``: ``project`` or ``agent``; None when unset (the default applies)."""
     storage_backend: str = "file"

@@ -21,9 +21,13 @@ from eventstore.event import EVENT_BUILDERS
 from eventstore.generation import MARKERS
 
 from .checkpoints import CheckpointDir
+from .config import CHECKPOINT_CLOSE_LAG, CHECKPOINT_EVERY_EVENTS, CHECKPOINT_EVERY_SECONDS
 from .scope import is_project_event
 
 Progress = Callable[[int], None]
+FOLD_RETRIES = 2
+"""Folds started afresh when the log moves to a new generation mid-fold (a compaction
+or salvage under a reader): a third move in a row is an error, not a loop."""
 
 
 class State(Protocol):
@@ -69,13 +73,17 @@ class Runner:
         ckdir: CheckpointDir,
         projections: list[Projection],
         *,
-        every_events: int = 50_000,
-        every_seconds: float = 30.0,
-        close_lag: int = 256,
+        every_events: int = CHECKPOINT_EVERY_EVENTS,
+        every_seconds: float = CHECKPOINT_EVERY_SECONDS,
+        close_lag: int = CHECKPOINT_CLOSE_LAG,
         every_bytes: int = 64 * 1024 * 1024,
         project: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ledger = ledger
+        self._clock = clock
+        """What ``every_seconds`` and a checkpoint's duration are measured by (tests
+        step it by hand)."""
         self.project = project
         """Agent scope: fold only events whose data names this project (:func:`fold`)."""
         self.ckdir = ckdir
@@ -88,7 +96,7 @@ class Runner:
         self.projections = {p.name: p for p in projections}
         self.views: dict[str, View] = {}
         self._claimed: dict[str, int] = {}  # watermark an unloaded view's checkpoint claims
-        self._last_ckpt = time.monotonic()
+        self._last_ckpt = clock()
         self.checkpoint_error: str | None = None  # why the last debounced checkpoint failed
 
     def view(self, name: str, progress: Progress | None = None) -> View:
@@ -106,19 +114,20 @@ class Runner:
         """:func:`fold` into ``views``; when the log moved to a new generation under
         them (a compaction or salvage: its first event, or a segment that vanished
         mid-read), their states are dropped and folded afresh from the new start."""
-        for attempt in range(3):
+        retries = FOLD_RETRIES
+        while True:
             try:
                 return fold(self.ledger, [v.state for v in views], from_seq, until, progress,
                             self.project)
             except (NewGeneration, GenerationChangedError):
-                if attempt == 2:
+                if not retries:
                     raise
+                retries -= 1
                 for v in views:
                     # every checkpoint on disk predates the cut: none may be kept as backup
                     v.state, v.loaded_from = v.projection.new(), "rebuild"
                     v.checkpointed_seq, v.stale = 0, {"primary", "backup"}
                 from_seq = 1
-        raise AssertionError("unreachable")
 
     def state(self, name: str) -> State:
         return self.view(name).state
@@ -146,16 +155,17 @@ class Runner:
             try:
                 with paused_gc():  # decoding builds many acyclic objects, as a fold does
                     state = p.decode(ck.body)
-                if state.seq != ck.seq:
-                    raise ValueError("body watermark disagrees with header")
             except Exception as e:  # intact but undecodable (a bug, another build): a cache
                 refused.append(f"{ck.source}: body does not decode ({type(e).__name__})")
+                continue
+            if state.seq != ck.seq:
+                refused.append(f"{ck.source}: body folded to seq {state.seq}, header says {ck.seq}")
                 continue
             chosen = View(p, state, ck.source, refused, ck.seq)
             break
         if chosen is None:
             chosen = View(p, p.new(), "rebuild" if refused else "empty", refused)
-        chosen.stale = {r.split(":", 1)[0] for r in refused}
+        chosen.stale = {r.partition(":")[0] for r in refused}  # the file each reason is of
         return chosen
 
     def catch_up(self, progress: Progress | None = None, until: int | None = None) -> int:
@@ -190,7 +200,7 @@ class Runner:
         return self._claimed[name]
 
     def fold_own(
-        self, rows: list[tuple[str, str | None, Any]], first_seq: int, at: float, nbytes: int = 0
+        self, rows: list[tuple[str, str | None, Any]], first_seq: int, at: float, nbytes: int
     ) -> None:
         """Fold a batch this process just appended, from memory: nothing is read back.
 
@@ -251,7 +261,7 @@ class Runner:
         if not self.views:
             return
         pending = max(v.state.seq - v.checkpointed_seq for v in self.views.values())
-        since = time.monotonic() - self._last_ckpt
+        since = self._clock() - self._last_ckpt
         due = pending >= self.every_events or self._pending_bytes >= self.every_bytes or (
             pending and since >= self.every_seconds
         )
@@ -264,23 +274,23 @@ class Runner:
                 # the append this follows has committed: a checkpoint is only a cache,
                 # so its failure must not make the caller believe the append failed
                 self.checkpoint_error = str(e)
-                self._last_ckpt = time.monotonic()
+                self._last_ckpt = self._clock()
 
     def checkpoint(self, force: bool = False, min_lag: int = 0) -> int:
         """Write every view whose watermark moved (``force``: every view); returns how many.
 
         ``min_lag``: skip a view whose usable checkpoint is fewer events behind than this.
         """
-        started = time.monotonic()
+        started = self._clock()
         with paused_gc():
             written = self._write_checkpoints(force, min_lag)
-        self._last_ckpt = time.monotonic()
+        self._last_ckpt = self._clock()
         self._ckpt_seconds = self._last_ckpt - started
         self._pending_bytes = 0
         self.checkpoint_error = None
         return written
 
-    def _write_checkpoints(self, force: bool, min_lag: int = 0) -> int:
+    def _write_checkpoints(self, force: bool, min_lag: int) -> int:
         written = 0
         for v in self.views.values():
             seq = v.state.seq

@@ -679,7 +679,8 @@ def test_checkpoint_body_with_other_watermark_is_refused(tmp_path: Path) -> None
         fold(led, [st_], 1, 2)
         st_.seq = 2
     _write_raw(tmp_path, body=st_.to_bytes())  # header says head, body says 2
-    reopen_and_check(tmp_path, expected, "backup", ["primary: body does not decode"]).close()
+    reopen_and_check(tmp_path, expected, "backup", ["primary: body folded to seq 2, header says 7"]
+                     ).close()
 
 
 def test_checkpoint_with_columns_of_different_lengths_is_refused(tmp_path: Path) -> None:
@@ -848,6 +849,28 @@ def test_a_checkpoint_header_holds_what_the_format_says(tmp_path: Path) -> None:
     assert {k: header[k] for k in ("name", "version", "seq", "digest", "project")} == {
         "name": "cache", "version": 3, "seq": 7, "digest": b"\1" * 32, "project": "proj-a"}
     assert before <= header["written_at"] <= after
+    assert set(header) == {"name", "version", "seq", "digest", "project", "written_at", "pad"}
+    assert (12 + hlen) % 64 == 0 and raw[12 + hlen : -32] == b"b"
+
+
+@pytest.mark.parametrize("seq", [0, 23, 24, 255, 256, 65_536, 2**32])
+def test_a_checkpoint_body_starts_64_byte_aligned_after_the_shortest_pad(seq: int) -> None:
+    """Views read their columns in place: the body must start at a multiple of 64, and
+    the pad that gets it there is the shortest one (names of every length mod 64)."""
+    import cbor2
+
+    from projections.checkpoints import _LEN, MAGIC, _prefix
+
+    for n in range(1, 130):
+        header = {"name": "v" * n, "version": 1, "seq": seq, "digest": b"d" * 32,
+                  "written_at": 1.5}
+        prefix = _prefix(header)
+        (hlen,) = _LEN.unpack_from(prefix, 8)
+        assert prefix[:8] == MAGIC and len(prefix) == 12 + hlen and len(prefix) % 64 == 0
+        got = cbor2.loads(prefix[12:])
+        shortest = next(p for p in range(200)
+                        if (12 + len(cbor2.dumps({**header, "pad": bytes(p)}))) % 64 == 0)
+        assert got == {**header, "pad": bytes(shortest)}, n
 
 
 def test_a_checkpoint_of_another_view_or_project_or_with_a_bad_header_is_refused(
@@ -929,12 +952,15 @@ def test_temp_files_of_dead_writers_are_swept(tmp_path: Path) -> None:
     cdir = ckpt_dir(tmp_path)
     stray = cdir / f"cache.ckpt.{dead.pid}.0badf00d.tmp"
     live = cdir / f"cache.ckpt.{os.getppid()}.0000beef.tmp"  # a writer still at work
-    for f in (stray, live):
+    odd = cdir / "cache.ckpt.x1.0000beef.tmp"  # no pid: no writer of ours made it
+    other = cdir / f"noview.ckpt.{dead.pid}.0badf00d.tmp"  # no view's: each sweeps its own
+    for f in (stray, live, odd, other):
         f.write_bytes(b"partial checkpoint")
     with open_store(tmp_path) as store:
         store.list()
         store.put({"target": "t", "summary": "one more"})
-    assert not stray.exists() and live.exists()  # swept by the checkpoint on close
+    # swept by the checkpoint on close
+    assert not stray.exists() and not odd.exists() and live.exists() and other.exists()
     stray.write_bytes(b"partial checkpoint")
     with open_store(tmp_path) as store:
         store.rebuild()
@@ -1281,6 +1307,11 @@ def test_both_compaction_paths_give_the_same_state(
     body = st_.to_bytes()
     assert st_.snapshot() == want
     assert CacheState.from_bytes(body).snapshot() == want
+    ref = CacheState.from_bytes(body)  # and the compacted state folds on
+    for st2 in (st_, ref):
+        st2.apply(Event("cache.put", "ab" * 32, {"packet": {"target": "t9"}, "bytes": 5},
+                        seq=400, at=400.0))
+    assert st_.snapshot() == ref.snapshot() != want
     monkeypatch.setattr(cache_mod, "_SMALL", 10**9 - small)
     assert CacheState.from_bytes(body).to_bytes() == body  # the other path writes the same bytes
 
