@@ -956,11 +956,14 @@ def test_temp_files_of_dead_writers_are_swept(tmp_path: Path) -> None:
     other = cdir / f"noview.ckpt.{dead.pid}.0badf00d.tmp"  # no view's: each sweeps its own
     for f in (stray, live, odd, other):
         f.write_bytes(b"partial checkpoint")
+    stuck = cdir / f"cache.ckpt.{dead.pid}.00000000.tmp"
+    stuck.mkdir()  # cannot be unlinked: the sweep goes on past it
     with open_store(tmp_path) as store:
         store.list()
         store.put({"target": "t", "summary": "one more"})
     # swept by the checkpoint on close
     assert not stray.exists() and not odd.exists() and live.exists() and other.exists()
+    assert stuck.is_dir()
     stray.write_bytes(b"partial checkpoint")
     with open_store(tmp_path) as store:
         store.rebuild()
