@@ -212,7 +212,9 @@ class SegmentWriter:
         frame write grows the file.
         """
         tip = self.tip
-        if need <= tip.alloc_hint:  # no fstat per append (see Tip.refresh)
+        # no fstat per append (see Tip.refresh); `<` is an equivalent mutant: at need ==
+        # alloc_hint the fstat finds the file that long and returns below
+        if need <= tip.alloc_hint:
             return
         try:
             size = os.fstat(fd).st_size

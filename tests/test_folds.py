@@ -803,6 +803,29 @@ def test_prefetched_checkpoints_load_as_read_ones(tmp_path: Path, mapped: bool) 
     assert _loaded(ckd, "cache") == (want[0][1:], [])
 
 
+def test_a_load_takes_the_bytes_its_prefetch_read(tmp_path: Path) -> None:
+    """A prefetch reads the primary when it runs; the load after it takes those bytes,
+    not what the file holds by then (intact then, it is as good a start: its watermark
+    is still checked against the log)."""
+    build(tmp_path)
+    want = _loaded(CheckpointDir(ckpt_dir(tmp_path), readonly=True), "cache")
+    ckd = CheckpointDir(ckpt_dir(tmp_path), readonly=True)
+    ckd.prefetch(["cache"])
+    ckd._prefetched["cache"].wait()
+    (ckpt_dir(tmp_path) / "cache.ckpt").unlink()
+    assert _loaded(ckd, "cache") == (want[0], [])
+
+
+def test_an_unreadable_primary_is_refused_and_the_backup_serves(tmp_path: Path) -> None:
+    build(tmp_path)
+    want = _loaded(CheckpointDir(ckpt_dir(tmp_path), readonly=True), "cache")
+    primary = ckpt_dir(tmp_path) / "cache.ckpt"
+    primary.unlink()
+    primary.mkdir()  # opens, and fails to read
+    assert _loaded(CheckpointDir(ckpt_dir(tmp_path), readonly=True), "cache") == (
+        want[0][1:], ["primary: unreadable"])
+
+
 @pytest.mark.parametrize("mapped", [False, True], ids=["read", "mapped"])
 def test_prefetch_refuses_what_a_plain_load_refuses_and_maps_only_when_mapped(
         tmp_path: Path, mapped: bool) -> None:

@@ -30,7 +30,8 @@ from eventstore import (
     WriterPoisonedError,
     _osio,
 )
-from eventstore.frame import SEGMENT_HEADER_SIZE, content_end, iter_frames
+from eventstore.frame import SEGMENT_HEADER_SIZE, content_end, header_roll_bytes, iter_frames
+from eventstore.segments import PREALLOC_BYTES
 from eventstore.verify import verify_log
 
 # --- (a) kill -9 at random moments ---------------------------------------------------------
@@ -639,6 +640,74 @@ def test_sealed_segments_hold_no_preallocated_zeros(tmp_path: Path) -> None:
     check_reopened(log, list(range(60)))
 
 
+@pytest.mark.parametrize("segment_bytes", [64 << 20, 700 * 1024])
+def test_preallocation_runs_ahead_in_whole_pages_up_to_the_roll_point(
+    tmp_path: Path, segment_bytes: int
+) -> None:
+    """From a handle's second append on, a frame that needs room grows the file to
+    PREALLOC_BYTES past its end, in whole 4 KiB pages, capped at the roll point but
+    never short of the frame; frames that fit in the zeros leave the size alone, and
+    the sealed segment keeps none of them."""
+    log = tmp_path / "log"
+    roll_at = header_roll_bytes(segment_bytes)
+    with Ledger.open(log, segment_bytes=segment_bytes) as led:
+        led.append([ev(0)])
+        seg = next(log.glob("*.seg"))
+        size = seg.stat().st_size
+        assert size == content_size(seg)  # a one-shot writer allocates nothing
+        grew = 0
+        for i in range(1, 30):
+            led.append([ev(i, pad=90_000)])
+            if len(list(log.glob("*.seg"))) > 1:  # sealed: cut to its frames
+                assert seg.stat().st_size == content_size(seg)
+                break
+            end = content_size(seg)
+            if end > size:
+                size = -(-max(end, min(end + PREALLOC_BYTES, roll_at)) // 4096) * 4096
+                grew += 1
+            assert seg.stat().st_size == size, i
+        assert grew >= 2
+
+
+def test_a_writer_that_finds_zeros_ahead_fills_them_before_it_grows_the_file(
+    tmp_path: Path,
+) -> None:
+    """Zeros another handle preallocated (it died before trimming them): a new writer
+    learns the file's size and fills them without growing it, up to a frame that ends
+    exactly at the file's end; only the frame after that grows the file."""
+    from eventstore.event import encode_batch
+    from eventstore.frame import encode_frame, payload_prefix
+
+    def frame_len(event: Event) -> int:  # the same for every seq, time and chain
+        rows, count = encode_batch([event], None)
+        return len(encode_frame(bytes(32), 1, count, payload_prefix(0.0, None) + rows)[0])
+
+    log, crashed = tmp_path / "log", tmp_path / "crashed"
+    led = Ledger.open(log)
+    for i in range(3):
+        led.append([ev(i)])
+    crashed.mkdir()
+    for f in log.iterdir():  # the files as a kill -9 now would leave them
+        (crashed / f.name).write_bytes(f.read_bytes())
+    led.close()
+    seg = next(crashed.glob("*.seg"))
+    size = seg.stat().st_size
+    with Ledger.open(crashed) as led:
+        for i in range(3, 6):  # the first is a one-shot append: no look at the size
+            led.append([ev(i, pad=1000)])
+            assert seg.stat().st_size == size
+        room = size - content_size(seg)
+        pad = 1000 + room - frame_len(ev(6, pad=1000))
+        pad -= frame_len(ev(6, pad=pad)) - room  # a longer string has a longer CBOR head
+        assert frame_len(ev(6, pad=pad)) == room
+        led.append([ev(6, pad=pad)])
+        assert content_size(seg) == size == seg.stat().st_size  # full to the last byte
+        led.append([ev(7)])
+        end = content_size(seg)
+        assert seg.stat().st_size == -(-(end + PREALLOC_BYTES) // 4096) * 4096
+    check_reopened(crashed, list(range(8)))
+
+
 def test_failing_preallocation_acknowledges_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -651,7 +720,7 @@ def test_failing_preallocation_acknowledges_nothing(
     monkeypatch.setattr(_osio, "pwrite", oserror(errno.ENOSPC))  # the zeros, before the frame
     with pytest.raises(LedgerIOError) as info:
         led.append([ev(99, pad=400_000)])  # past the zeros already allocated
-    assert "preallocating" in str(info.value)
+    assert str(info.value) == f"append failed preallocating {seg}: {os.strerror(errno.ENOSPC)}"
     monkeypatch.undo()
     assert seg.stat().st_size == size
     assert led.head == 2

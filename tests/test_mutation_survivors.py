@@ -1087,3 +1087,13 @@ def test_damage_inside_the_active_segment_is_named_where_it_is(tmp_path: Path) -
     assert (err.value.segment, err.value.offset, err.value.reason) == (
         seg, offs[1], "bad frame header")
     assert seg.read_bytes() == bytes(bad)
+
+
+def test_data_of_a_type_cbor_cannot_encode_is_refused_by_name(tmp_path: Path) -> None:
+    """The refusal names the type (``frame._encode_other``), and nothing is written."""
+    with Ledger.open(tmp_path / "log") as led:
+        with pytest.raises(InvalidEventError) as info:
+            led.append([Event("a.a", None, {"x": object()})])
+        assert str(info.value) == ("event data cannot be encoded as CBOR: "
+                                   "cannot serialize type object")
+        assert led.head == 0
