@@ -307,18 +307,20 @@ class Reader:
                 head = pread_all(fd, SEGMENT_HEADER_SIZE, 0)
                 if last and header_is_torn(path, fd, size, head):
                     return None
+                # (read_header(path) alone: an equivalent mutant, it reads the same bytes)
                 idx = FrameIndex(ino, read_header(path, head))
                 self._indexes[path] = idx
-                while len(self._indexes) > INDEX_CACHE:
+                while len(self._indexes) > INDEX_CACHE:  # (last=None: equivalent, falsy too)
                     self._indexes.popitem(last=False)
             else:
                 self._indexes.move_to_end(path)
+            # (size >= end: an equivalent mutant, a walk from end to end finds nothing)
             if size > idx.end and need >= idx.next_seq:
                 idx.extend(fd, size)
             seq, off, digest = idx.locate(need)
             stop = idx.bound(to_seq) if to_seq is not None else None
             indexed_end, hdr_base, hdr_prev = idx.end, idx.base, idx.prev_digest
-        if stop is None or stop > size:
+        if stop is None or stop > size:  # (`>=`: an equivalent mutant, stop is size then)
             stop = size
         data = pread_all(fd, stop - off, off)
         return data, 0, off, seq, digest, hdr_base, hdr_prev, indexed_end

@@ -1,0 +1,120 @@
+"""The reader's frame indexes: built once per segment, extended only when a read
+needs what lies past them, dropped when their file is replaced, at most
+INDEX_CACHE of them kept (the least recently used goes), and a bounded read
+reads only up to the indexed frame boundary after its last seq.
+
+Every frame read through an index is checked in full, so a wrong index costs
+time, not answers: what these tests pin is the cost, which mutation testing
+found no answer-checking test could see (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventstore import Event, Ledger
+from eventstore import reader as reader_mod
+from eventstore.segments import INDEX_STEP, list_segments
+
+
+def ev(i: int, pad: int = 300) -> Event:
+    return Event("a.a", None, {"i": i, "pad": "x" * pad})
+
+
+def seqs(led: Ledger, a: int, b: int | None) -> list[int]:
+    return [e.seq for e in led.read(a, b)]
+
+
+def written(tmp_path: Path, n: int, segment_bytes: int, pad: int = 300) -> Path:
+    d = tmp_path / "log"
+    with Ledger.open(d, segment_bytes=segment_bytes) as led:
+        for i in range(n):
+            led.append([ev(i, pad)])
+    return d
+
+
+def test_an_index_is_built_once_and_serves_later_reads(tmp_path: Path) -> None:
+    d = written(tmp_path, 12, 1 << 20)
+    with Ledger.open(d, readonly=True) as led:
+        assert seqs(led, 5, 6) == [5, 6]
+        indexes = led._reader._indexes
+        (path,) = indexes
+        idx = indexes[path]
+        assert idx.ino == os.stat(path).st_ino and (idx.base, idx.next_seq) == (1, 13)
+        assert seqs(led, 3, 4) == [3, 4] and seqs(led, 7, None) == list(range(7, 13))
+        assert indexes[path] is idx  # the same file, no shorter: the same index
+
+
+def test_an_index_of_a_replaced_file_is_built_afresh(tmp_path: Path) -> None:
+    d = written(tmp_path, 12, 1 << 20)
+    with Ledger.open(d, readonly=True) as led:
+        assert seqs(led, 5, 6) == [5, 6]
+        (path,) = led._reader._indexes
+        old = led._reader._indexes[path]
+        copy = tmp_path / "copy"
+        shutil.copyfile(path, copy)
+        os.replace(copy, path)  # the same bytes under another inode
+        assert seqs(led, 5, 6) == [5, 6]
+        new = led._reader._indexes[path]
+        assert new is not old and new.ino == os.stat(path).st_ino != old.ino
+
+
+def test_an_index_is_extended_only_by_a_read_past_it(tmp_path: Path) -> None:
+    d = written(tmp_path, 10, 1 << 20)
+    with Ledger.open(d, readonly=True) as reader, Ledger.open(d) as writer:
+        assert seqs(reader, 3, 4) == [3, 4]
+        (path,) = reader._reader._indexes
+        idx = reader._reader._indexes[path]
+        end = idx.end
+        assert idx.next_seq == 11
+        for i in range(10, 15):
+            writer.append([ev(i)])
+        assert seqs(reader, 3, 4) == [3, 4]
+        assert (idx.end, idx.next_seq) == (end, 11)  # nothing read past it: not walked
+        assert seqs(reader, 11, 12) == [11, 12]  # the first seq past it
+        assert idx.end > end and idx.next_seq == 16 and reader._reader._indexes[path] is idx
+
+
+def test_at_most_index_cache_indexes_are_kept_the_least_recently_used_going(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader_mod, "INDEX_CACHE", 3)
+    d = written(tmp_path, 80, 4096)
+    segs = list_segments(d)
+    assert len(segs) >= 6
+    with Ledger.open(d, readonly=True) as led:
+        for base, _path in segs[:5]:
+            assert seqs(led, base, base) == [base]
+        assert list(led._reader._indexes) == [p for _b, p in segs[2:5]]
+        base2 = segs[2][0]
+        assert seqs(led, base2, base2) == [base2]  # used again: now the most recent
+        assert list(led._reader._indexes) == [p for _b, p in (segs[3], segs[4], segs[2])]
+
+
+def test_a_bounded_read_reads_to_the_indexed_boundary_after_its_last_seq(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = written(tmp_path, 600, 1 << 22, pad=1500)
+    (_base, path), = list_segments(d)
+    size = path.stat().st_size
+    assert size > 20 * INDEX_STEP
+    reads: list[tuple[int, int]] = []
+    real = reader_mod.pread_all
+
+    def spy(fd: int, n: int, offset: int) -> Any:
+        reads.append((n, offset))
+        return real(fd, n, offset)
+
+    with Ledger.open(d, readonly=True) as led:
+        assert seqs(led, 300, 301) == [300, 301]  # builds the index: reads it all once
+        reads.clear()
+        monkeypatch.setattr(reader_mod, "pread_all", spy)
+        assert seqs(led, 300, 301) == [300, 301]
+        ((n, offset),) = reads
+        assert offset > 8 * INDEX_STEP and n <= 2 * INDEX_STEP + 4096
+
