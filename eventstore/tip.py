@@ -50,7 +50,6 @@ class Tip:
     def __init__(self, log_dir: Path, window: BatchWindow, roll_at: int) -> None:
         self.log_dir = log_dir
         self.window = window
-        self._next_name: tuple[int, str] = (0, "")  # (head + 1, path of that segment)
         #: Called before the handle leaves the active segment (the writer syncs it).
         self.on_leave: Callable[[], None] = lambda: None
         self.fault: LedgerError | None = None
@@ -326,27 +325,23 @@ class Tip:
             raise self.fault
 
     def _next_segment_exists(self) -> bool:
-        """Is there a segment starting at ``head + 1``? One stat of a cached path string
-        (a refresh asks this on every look at the head once the active segment is full)."""
-        if self._next_name[0] != self.head + 1:
-            name = os.path.join(self.log_dir, segment_name(self.head + 1))
-            self._next_name = (self.head + 1, name)
-        return os.path.exists(self._next_name[1])
+        """Is there a segment starting at ``head + 1``? One stat (a refresh asks this on
+        every look at the head once the active segment is full)."""
+        # (the log directory for the path, an equivalent mutant: a move-on that finds no
+        # segment past ours changes nothing)
+        return os.path.exists(os.path.join(self.log_dir, segment_name(self.head + 1)))
 
-    def _last_frame_still_there(self, fd: int, foot: bytes | None = None) -> bool:
+    def _last_frame_still_there(self, fd: int, foot: bytes) -> bool:
         """Does the frame we believe ends at ``end`` still end there, with our digest?
 
-        ``foot``: the 8 bytes before ``end``, when the caller has read them already.
+        ``foot``: the 8 bytes before ``end`` as the caller read them (fewer: the file
+        was cut). Asked only past the segment's header, once a frame was adopted.
         """
-        if self.end <= SEGMENT_HEADER_SIZE:
-            return True  # no frame of this segment adopted yet
         try:
-            if foot is None or len(foot) != FOOTER_SIZE:
-                foot = pread_all(fd, FOOTER_SIZE, self.end - FOOTER_SIZE)
+            # (room end + header, an equivalent mutant: the digest read checks the frame)
             flen = footer_frame_len(foot, FOOTER_SIZE, self.end - SEGMENT_HEADER_SIZE)
-            if flen is None:
-                return False
-            return pread_all(fd, 32, self.end - flen + FRAME_HEADER_SIZE - 32) == self.digest
+            return flen is not None and pread_all(
+                fd, 32, self.end - flen + FRAME_HEADER_SIZE - 32) == self.digest
         except OSError as e:
             raise LedgerIOError(f"cannot read {self.path}: {e.strerror}") from e
 

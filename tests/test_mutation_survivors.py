@@ -1097,3 +1097,16 @@ def test_data_of_a_type_cbor_cannot_encode_is_refused_by_name(tmp_path: Path) ->
         assert str(info.value) == ("event data cannot be encoded as CBOR: "
                                    "cannot serialize type object")
         assert led.head == 0
+
+
+def test_a_put_without_a_byte_count_counts_zero_and_one_whose_data_is_no_map_is_skipped(
+) -> None:
+    """``parse_put``: ``bytes`` is optional (0); data that is not a map (a log written by
+    something else) is a malformed put, counted and skipped, never a crash."""
+    st = CacheState()
+    st.apply(Event("cache.put", "ab" * 32, {"packet": {"target": "t"}}, seq=1, at=1.0))
+    st.apply(Event("cache.put", "cd" * 32, ["packet", {"target": "t"}], seq=2,  # type: ignore[arg-type]
+                   at=2.0))
+    snap = st.snapshot()
+    assert snap["entries"] == {"ab" * 32: (1, 1.0, "t", 0)}
+    assert (snap["seq"], snap["skipped_bad"]) == (2, 1)

@@ -226,3 +226,30 @@ def test_a_failed_read_of_the_active_segment_names_it(
         with pytest.raises(LedgerIOError) as err:
             led._tip.read_active()
         assert str(err.value) == f"cannot read {path}: {os.strerror(errno.EIO)}"
+
+
+def test_a_look_at_an_unchanged_head_walks_nothing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handle that adopted another writer's frames checks, at each look, that its last
+    frame still ends where it did (footer and digest, read in place); only a frame that
+    is gone makes it walk its segment again (``Tip._rescan``)."""
+    d = tmp_path / "log"
+    rescans: list[int] = []
+    real = tip_mod.Tip._rescan
+
+    def counted(self: tip_mod.Tip) -> None:
+        rescans.append(self.head)
+        real(self)
+
+    monkeypatch.setattr(tip_mod.Tip, "_rescan", counted)
+    with Ledger.open(d) as writer, Ledger.open(d, readonly=True) as reader:
+        for i in range(4):
+            writer.append([Event("a.a", None, {"i": i, "pad": "x" * (100 * i)})])
+            for _ in range(3):
+                assert reader.head == i + 1
+        assert rescans == []
+        writer.close()  # (its preallocated zeros trimmed)
+        seg = next(d.glob("*.seg"))
+        os.truncate(seg, seg.stat().st_size - 1)  # the last frame cut short
+        assert reader.head == 3 and rescans == [4]
