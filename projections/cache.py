@@ -390,6 +390,7 @@ def parse_put(event: Event) -> tuple[bytes, str, int] | None:
     data = event.data
     packet = data.get("packet") if isinstance(data, dict) else None
     target = packet.get("target") if isinstance(packet, dict) else None
+    # (else 1: an equivalent mutant, a put whose data is no map has no target either)
     nbytes = data.get("bytes", 0) if isinstance(data, dict) else 0
     if key is None or not isinstance(target, str) or not _is_size(nbytes):
         return None
