@@ -624,7 +624,8 @@ class Ledger:
             return GENESIS_DIGEST
         # (below a generation's cut: see anchor.py.) Equivalent mutants: `and`, `>= head`
         # (head was answered above) and a scan to None: a scan outside the log finds no
-        # batch, and the first batch it yields is the one holding seq either way
+        # batch, and the first batch it yields is the one holding seq either way; and
+        # cast(None, ...), which does nothing at run time
         if seq < base or seq > head:
             return None
         for _first, last, digest in self._scan(seq, seq, DIGESTS):
