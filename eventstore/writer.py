@@ -73,7 +73,7 @@ class SegmentWriter:
         tip = self.tip
         if not self._swept:  # tidy what crashes left (never data), then write
             sweep_tmp(tip.log_dir)
-            self._swept = True
+            self._swept = True  # (None or False: equivalent, a sweep per append finds no more)
         if tip.torn_seg is not None:
             self.set_aside_torn_segment()
         if tip.path is None or tip.end >= tip.roll_at:
@@ -98,6 +98,7 @@ class SegmentWriter:
             self._undo_write(fd, start)
             raise LedgerIOError(f"append failed writing {tip.path}: {e.strerror or e}") from e
         self._unsynced = True
+        # (`>` for `>=`: an equivalent mutant, the monotonic clock moves between appends)
         if self.sync == "always" or (
             self.sync == "batch" and time.monotonic() - self._last_sync >= self.sync_interval
         ):
@@ -109,7 +110,7 @@ class SegmentWriter:
                     f"append not durable: fsync of {tip.path} failed ({e.strerror or e}); "
                     "this handle refuses further appends until the log is reopened"
                 ) from e
-            self._unsynced = False
+            self._unsynced = False  # (None: an equivalent mutant, as false)
             self._last_sync = time.monotonic()
         last = first + count - 1
         tip.end, tip.head, tip.digest, tip.last_at = start + len(frame), last, digest, at
@@ -159,6 +160,8 @@ class SegmentWriter:
         for :meth:`flush`.
         """
         tip = self.tip
+        # (fd <= 0 or < 1: equivalent mutants, stdin holds descriptor 0; and below, None
+        # for False: as false)
         if not self._unsynced or tip.fd < 0 or self.poisoned:
             return
         if self.sync == "none":
@@ -174,7 +177,7 @@ class SegmentWriter:
                 f"sync of {tip.path} before leaving it failed ({e.strerror or e}); "
                 "this handle refuses further appends until the log is reopened"
             ) from e
-        self._unsynced = False
+        self._unsynced = False  # (None: as false)
         self._last_sync = time.monotonic()
 
     def _undo_write(self, fd: int, start: int) -> None:
