@@ -76,18 +76,19 @@ def create_file(path: str | os.PathLike[str], flags: int) -> int:
 
 
 def create_temp(path: str | os.PathLike[str], flags: int) -> int:
-    """A new temp file at ``path`` (0600, ``O_EXCL | O_NOFOLLOW``); a descriptor.
+    """A new temp file at ``path`` (0600, ``O_EXCL``); a descriptor.
 
     A stale one (a writer killed while filling it) is removed first; then
     ``O_EXCL``: a file or a symlink planted at the name meanwhile fails the
-    call rather than being written through (callers hold the writer lock, so
-    no other writer is there).
+    call rather than being written through (with ``O_CREAT``, ``O_EXCL`` fails on
+    any existing name, a symlink included, so ``O_NOFOLLOW`` would add nothing;
+    callers hold the writer lock, so no other writer is there).
     """
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
-    return create_file(path, flags | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
+    return create_file(path, flags | os.O_EXCL)
 
 
 def check_owner(path: Path) -> None:

@@ -1110,3 +1110,38 @@ def test_a_put_without_a_byte_count_counts_zero_and_one_whose_data_is_no_map_is_
     snap = st.snapshot()
     assert snap["entries"] == {"ab" * 32: (1, 1.0, "t", 0)}
     assert (snap["seq"], snap["skipped_bad"]) == (2, 1)
+
+
+def test_a_read_only_ledger_refuses_to_append_in_words(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "log") as led:
+        led.append([Event("a.a")])
+    with Ledger.open(tmp_path / "log", readonly=True) as led:
+        with pytest.raises(LedgerError) as info:
+            led.append([Event("a.a")])
+        assert str(info.value) == "ledger was opened read-only" and led.head == 1
+
+
+def test_a_write_that_makes_no_progress_is_an_error_not_a_loop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from eventstore import _osio
+
+    monkeypatch.setattr(_osio, "pwrite", lambda fd, data, offset: 0)
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError, match="^short write$"):
+            _osio.write_all(fd, b"abc", 0)
+    finally:
+        os.close(fd)
+
+
+def test_a_retried_batch_id_returns_the_first_receipt_with_its_id(tmp_path: Path) -> None:
+    with Ledger.open(tmp_path / "log") as led:
+        led.append([Event("a.a")])
+        first = led.append([Event("a.a"), Event("a.a")], batch_id="b-1")
+        led.append([Event("a.a")], batch_id="b-2")
+        again = led.append([Event("a.a")], batch_id="b-1")
+        assert again.duplicate and again.batch_id == "b-1"
+        assert (again.first_seq, again.last_seq, again.at) == (
+            first.first_seq, first.last_seq, first.at)
+        assert led.head == 4
