@@ -260,7 +260,9 @@ class Ledger:
         if lock is not None:
             self._lock_gen = lock.generation
         tip.check_active()
-        tip.end_stable = True  # under the lock nobody can cut what we see now
+        # under the lock nobody can cut what we see now (None or False: equivalent
+        # mutants, the next look reads the last frame's footer as well)
+        tip.end_stable = True
         if batch_id is not None:
             r = self._window.lookup(batch_id, tip.base, tip.path, tip.end)
             if r is not None:

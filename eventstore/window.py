@@ -61,13 +61,17 @@ class BatchWindow:
             return
         self._nframes += 1
         if batch_id is not None:
+            # (its batch_id None or left out: equivalent mutants, the caller answers a
+            # retry with the id it was asked for)
             batches[batch_id] = (self._nframes, Receipt(first, last, at, batch_id))
             self._frames.append((self._nframes, batch_id))
         oldest = self._nframes - self.size
         frames = self._frames
         while frames and frames[0][0] <= oldest:
             n, bid = frames.popleft()
-            if batches.get(bid, (None,))[0] == n:  # not re-committed since
+            # not re-committed since (the default None alone: an equivalent mutant, an
+            # id leaves ``batches`` only with its newest frame, after its older ones)
+            if batches.get(bid, (None,))[0] == n:
                 del batches[bid]
 
     def note_batches(

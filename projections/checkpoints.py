@@ -282,7 +282,7 @@ def _read(path: Path) -> memoryview:
     view must never serve state the log does not imply. ctxledger itself only
     ever replaces checkpoints by rename.
     """
-    with open(path, "rb", buffering=0) as f:
+    with open(path, "rb") as f:
         return memoryview(f.read())  # sized by fstat, read to the end of the file
 
 

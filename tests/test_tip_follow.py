@@ -253,3 +253,24 @@ def test_a_look_at_an_unchanged_head_walks_nothing_again(
         seg = next(d.glob("*.seg"))
         os.truncate(seg, seg.stat().st_size - 1)  # the last frame cut short
         assert reader.head == 3 and rescans == [4]
+
+
+def test_a_writer_looks_for_a_new_generation_once_until_the_lock_file_says_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each append reads the lock file's generation field; a writer checks for a new
+    generation (two stats) when the field moved since it last looked, not at every
+    append (the timed check is turned off here)."""
+    monkeypatch.setattr(tip_mod, "GEN_CHECK_INTERVAL", 1e9)
+    looks: list[int] = []
+    real = tip_mod.Tip.check_generation
+
+    def counted(self: tip_mod.Tip) -> None:
+        looks.append(self.head)
+        real(self)
+
+    monkeypatch.setattr(tip_mod.Tip, "check_generation", counted)
+    with Ledger.open(tmp_path / "log") as led:
+        for i in range(6):
+            led.append([Event("a.a", None, {"i": i})])
+        assert led.head == 6 and len(looks) <= 1  # the first sight of the field only
