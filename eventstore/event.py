@@ -89,6 +89,8 @@ def _walk(obj: Any, depth: int) -> bool:
     anything other than dicts, lists and plain scalars (see :func:`check_batch`)."""
     if depth > MAX_DATA_DEPTH:
         raise _too_deep()
+    # (equivalent mutants: None for False, as false; type(None) for the first type(k),
+    # as str is among the scalars)
     other = False
     if type(obj) is dict:
         for k in obj:
@@ -142,6 +144,9 @@ def _check(event: object) -> bool:
     """Validate one event: its kind, its key, that data is a mapping nesting at most
     :data:`MAX_DATA_DEPTH` levels (whether data encodes, and decodes back, is
     :func:`check_batch`'s part). True if its data is not plain."""
+    # (type(None) here, an equivalent mutant: isinstance decides alone, the type test is
+    # a fast path; and below, mutants that skip or spoil the cache of kinds only have a
+    # kind validated again)
     if type(event) is not Event and not isinstance(event, Event):
         raise InvalidEventError(f"expected an Event, got {type(event).__name__}")
     kind = event.kind
