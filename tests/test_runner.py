@@ -60,6 +60,10 @@ def decode(body: bytes | memoryview) -> Seen:
 
 
 SEEN = Projection("seen", 1, Seen, decode)
+
+
+def seqs_of(state: object) -> list[int]:
+    return cast(Seen, state).seqs
 OTHER = Projection("other", 1, Seen, decode)
 
 
@@ -268,7 +272,7 @@ def test_a_checkpoint_behind_the_head_folds_only_the_events_after_it(tmp_path: P
         again = Runner(cast(LogBackend, led), CheckpointDir(tmp_path / "ck", readonly=True),
                        [SEEN]).view("seen", progress.append)
         assert spy.reads == [(3, None)] and v.state.seqs == [1, 2, 3, 4, 5]
-        assert progress == [3] and again.state.seqs == [1, 2, 3, 4, 5]
+        assert progress == [3] and seqs_of(again.state) == [1, 2, 3, 4, 5]
 
 
 def good(led: Ledger, seq: int) -> tuple[int, bytes, bytes]:
@@ -336,7 +340,7 @@ def test_catch_up_folds_from_the_lowest_watermark_and_counts_what_it_read(
         assert spy.reads == [(5, 6)] and progress == [2]
         assert runner.state("seen").seq == 6 and runner.state("other").seq == 7
         assert runner.catch_up() == 1 and spy.reads[-1] == (7, None)
-        assert runner.state("seen").seqs == list(range(1, 8))
+        assert seqs_of(runner.state("seen")) == list(range(1, 8))
         spy.reads.clear()
         assert runner.catch_up() == 0 and spy.reads == []  # at the head: no read at all
         assert runner.catch_up(until=3) == 0 and spy.reads == []
@@ -355,7 +359,7 @@ def test_a_batch_the_log_gives_back_short_is_read_again_whole(tmp_path: Path) ->
         spy.short = 1  # the catch-up up to our batch stops at 4, not 5
         runner.fold_own(rows, r.first_seq, r.at, 0)
         assert spy.reads == [(3, 5), (5, None)]
-        assert runner.state("seen").seqs == [1, 2, 3, 4, 5, 6]
+        assert seqs_of(runner.state("seen")) == [1, 2, 3, 4, 5, 6]
 
 
 # -- writing checkpoints ---------------------------------------------------------------

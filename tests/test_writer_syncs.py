@@ -97,8 +97,12 @@ def test_none_syncs_only_on_flush_every_segment_it_left(
     d = tmp_path / "log"
     fsyncs: list[int] = []
     real = _osio.fsync
+    def counted(fd: int) -> None:
+        fsyncs.append(fd)
+        real(fd)
+
     with Ledger.open(d, sync="none", segment_bytes=4096) as led:
-        monkeypatch.setattr(_osio, "fsync", lambda fd: (fsyncs.append(fd), real(fd))[1])
+        monkeypatch.setattr(_osio, "fsync", counted)
         while segments(d) < 3:
             led.append([ev(0)])
         assert datasyncs == [] and fsyncs == []  # new segments and the directory too
@@ -106,32 +110,31 @@ def test_none_syncs_only_on_flush_every_segment_it_left(
         assert len(datasyncs) == 3  # two segments left behind, and the active one
 
 
+def failed_second_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: str,
+                         call: str) -> tuple[str, Path]:
+    """The words of a handle's second append when ``_osio.<call>`` fails with EIO."""
+    d = tmp_path / "log"
+    with Ledger.open(d, sync=sync) as led:  # type: ignore[arg-type]
+        led.append([ev(0)])
+        monkeypatch.setattr(_osio, call, oserror(errno.EIO))
+        with pytest.raises(LedgerIOError) as info:
+            led.append([ev(1)])
+    return str(info.value), next(d.glob("*.seg"))
+
+
 def test_a_failed_frame_write_says_where_and_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    d = tmp_path / "log"
-    with Ledger.open(d, sync="batch") as led:
-        led.append([ev(0)])
-        monkeypatch.setattr(_osio, "pwrite", oserror(errno.EIO))
-        with pytest.raises(LedgerIOError) as info:
-            led.append([ev(1)])
-        seg = next(d.glob("*.seg"))
-        assert str(info.value) == f"append failed writing {seg}: {EIO}"
+    words, seg = failed_second_append(tmp_path, monkeypatch, "batch", "pwrite")
+    assert words == f"append failed writing {seg}: {EIO}"
 
 
 def test_a_failed_frame_sync_says_the_append_is_not_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    d = tmp_path / "log"
-    with Ledger.open(d, sync="always") as led:
-        led.append([ev(0)])
-        monkeypatch.setattr(_osio, "fdatasync", oserror(errno.EIO))
-        with pytest.raises(LedgerIOError) as info:
-            led.append([ev(1)])
-        seg = next(d.glob("*.seg"))
-        assert str(info.value) == (
-            f"append not durable: fsync of {seg} failed ({EIO}); "
-            "this handle refuses further appends until the log is reopened")
+    words, seg = failed_second_append(tmp_path, monkeypatch, "always", "fdatasync")
+    assert words == (f"append not durable: fsync of {seg} failed ({EIO}); "
+                     "this handle refuses further appends until the log is reopened")
 
 
 def test_a_failed_sync_before_leaving_a_segment_says_so(
