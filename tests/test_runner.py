@@ -12,6 +12,7 @@ which files it leaves, and the debounce's clock.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -455,6 +456,19 @@ def test_close_writes_the_views_close_lag_behind_or_without_a_checkpoint(
 # -- the debounce, by a clock stepped by hand --------------------------------------------
 
 
+@contextlib.contextmanager
+def debounced(tmp_path: Path, took: float, **kw: Any) -> Iterator[tuple[Ledger, Runner, SlowDir,
+                                                                     Clock]]:
+    """A runner over an empty log with its views loaded, its clock stepped by hand, each
+    checkpoint write taking ``took`` seconds of it."""
+    clock = Clock()
+    with log_of(tmp_path, 0) as led:
+        ck = SlowDir(tmp_path / "ck", clock, took)
+        runner = runner_of(led, tmp_path, ckdir=ck, clock=clock, **kw)
+        runner.load_all()
+        yield led, runner, ck, clock
+
+
 def append(led: Ledger, runner: Runner, n: int, nbytes: int = 0) -> None:
     rows: list[tuple[str, str | None, Any]] = [("a.a", None, {"j": j}) for j in range(n)]
     r = led.append([Event(*row) for row in rows])
@@ -463,12 +477,7 @@ def append(led: Ledger, runner: Runner, n: int, nbytes: int = 0) -> None:
 
 
 def test_a_checkpoint_is_due_once_every_seconds_have_passed(tmp_path: Path) -> None:
-    clock = Clock()
-    with log_of(tmp_path, 0) as led:
-        ck = SlowDir(tmp_path / "ck", clock, 0.0)
-        runner = runner_of(led, tmp_path, ckdir=ck, every_events=100, every_seconds=30.0,
-                           clock=clock)
-        runner.load_all()
+    with debounced(tmp_path, 0.0, every_events=100, every_seconds=30.0) as (led, runner, ck, clock):
         clock.t += 29.5
         append(led, runner, 1)
         assert ck.writes == 0
@@ -483,12 +492,7 @@ def test_a_checkpoint_is_due_once_every_seconds_have_passed(tmp_path: Path) -> N
 def test_a_slow_checkpoint_is_followed_by_nine_times_as_long_of_appends(
     tmp_path: Path,
 ) -> None:
-    clock = Clock()
-    with log_of(tmp_path, 0) as led:
-        ck = SlowDir(tmp_path / "ck", clock, 2.0)
-        runner = runner_of(led, tmp_path, ckdir=ck, every_events=2, every_seconds=1e9,
-                           clock=clock)
-        runner.load_all()
+    with debounced(tmp_path, 2.0, every_events=2, every_seconds=1e9) as (led, runner, ck, clock):
         append(led, runner, 2)  # due, and no checkpoint yet: written at once
         assert ck.writes == 1
         clock.t += 17.5
@@ -502,12 +506,8 @@ def test_a_slow_checkpoint_is_followed_by_nine_times_as_long_of_appends(
 def test_a_checkpoint_is_due_once_the_bytes_reach_every_bytes_and_they_start_again(
     tmp_path: Path,
 ) -> None:
-    clock = Clock()
-    with log_of(tmp_path, 0) as led:
-        ck = SlowDir(tmp_path / "ck", clock, 0.0)
-        runner = runner_of(led, tmp_path, ckdir=ck, every_events=10**6, every_seconds=1e9,
-                           every_bytes=10, clock=clock)
-        runner.load_all()
+    with debounced(tmp_path, 0.0, every_events=10**6, every_seconds=1e9,
+                   every_bytes=10) as (led, runner, ck, _clock):
         append(led, runner, 1, 9)
         assert ck.writes == 0
         append(led, runner, 1, 1)  # 10 bytes in all
@@ -517,12 +517,8 @@ def test_a_checkpoint_is_due_once_the_bytes_reach_every_bytes_and_they_start_aga
 
 
 def test_a_failed_debounced_checkpoint_waits_a_full_period(tmp_path: Path) -> None:
-    clock = Clock()
-    with log_of(tmp_path, 0) as led:
-        ck = SlowDir(tmp_path / "ck", clock, 0.0)
-        runner = runner_of(led, tmp_path, ckdir=ck, every_events=10**6, every_seconds=30.0,
-                           clock=clock)
-        runner.load_all()
+    with debounced(tmp_path, 0.0, every_events=10**6,
+                   every_seconds=30.0) as (led, runner, ck, clock):
         ck.path = tmp_path / "file"  # a file where the directory should be: writes fail
         ck.path.write_bytes(b"")
         clock.t += 30.0
