@@ -226,6 +226,8 @@ def encode_rows(rows: list[list[Any]]) -> bytes:
 def encode_raw_rows(rows: list[bytes]) -> bytes:
     """:func:`encode_rows` of events already encoded (each ``[kind, key, data]`` CBOR,
     copied verbatim: compaction moves stored events to a new generation unchanged)."""
+    # ("i", or [1]: equivalent mutants; offsets stay below MAX_PAYLOAD < 2**31, and
+    # the loop sets each one)
     offs = array("I", [0]) * len(rows)
     pos = 0
     for i, e in enumerate(rows):
@@ -252,7 +254,7 @@ def _array_head(n: int) -> bytes:
     if n < 0x100:
         return bytes([0x98, n])
     if n < 0x10000:
-        return b"\x99" + n.to_bytes(2, "big")
+        return b"\x99" + n.to_bytes(2, "big")  # (no byteorder: "big" is the default)
     return b"\x9a" + n.to_bytes(4, "big")
 
 
@@ -394,7 +396,7 @@ def encode_frame_parts(
         raise ValueError(f"batch payload of {n} bytes exceeds the {MAX_PAYLOAD}-byte frame limit")
     counts = _COUNTS.pack(n, count, first_seq)
     h = blake3.blake3(prev_digest)
-    h.update(counts[:16])
+    h.update(counts[:16])  # (all of it: [:17], an equivalent mutant)
     for part in parts:
         h.update(part)
     digest = h.digest()
@@ -409,6 +411,7 @@ def payload_prefix(at: float, batch_id: str | None) -> bytes:
     ``at`` is always written as a CBOR float64 (``0xfb`` + 8 bytes big-endian),
     which is what :func:`payload_head` reads back without decoding the events.
     """
+    # (dumps(None) always: an equivalent mutant, it is b"\xf6")
     bid = b"\xf6" if batch_id is None else cbor2.dumps(batch_id)
     return b"\x84\xfb" + _AT.pack(at) + bid
 
@@ -446,6 +449,7 @@ def payload_head(payload: bytes | memoryview) -> tuple[float, str | None]:
 
     Raises ``ValueError`` (like :func:`decode_payload`) when it does not decode.
     """
+    # (None: an equivalent mutant, the full decode below gives the same answer)
     head = payload_head_fast(payload)
     if head is not None:
         return head

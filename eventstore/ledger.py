@@ -260,8 +260,8 @@ class Ledger:
         if lock is not None:
             self._lock_gen = lock.generation
         tip.check_active()
-        # under the lock nobody can cut what we see now (None or False: equivalent
-        # mutants, the next look reads the last frame's footer as well)
+        # under the lock nobody can cut what we see now: the next look reads 4 bytes
+        # past our end, not the last frame's footer (tests/test_tip_looks.py)
         tip.end_stable = True
         if batch_id is not None:
             r = self._window.lookup(batch_id, tip.base, tip.path, tip.end)

@@ -66,6 +66,8 @@ def create_file(path: str | os.PathLike[str], flags: int) -> int:
     For files this process is about to fill (``O_EXCL``, or a temp file it
     truncates), so the mode is set whether or not the file existed.
     """
+    # (no mode: an equivalent mutant, fchmod sets it at once; only a racing process
+    # could see the file between the two calls)
     fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)

@@ -379,6 +379,8 @@ def fast_tail(path: Path, fd: int, size: int, prev_digest: bytes, next_seq: int)
         if flen is None:
             return None
         lo = size - flen
+        # (extra bytes before the segment's only frame: equivalent mutants, the walk
+        # starts past them with the caller's digest)
         extra = FOOTER_SIZE if lo - start >= FRAME_OVERHEAD else 0
         buf = pread_all(fd, flen + extra, lo - extra)
         if len(buf) != flen + extra:

@@ -111,6 +111,7 @@ class Tip:
                 raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
             if may_be_torn and header_is_torn(path, fd, size, head):
                 return False
+            # (read_header(path) without ``head``, an equivalent mutant: the same bytes)
             hdr = read_header(path, head)
             self.set_active(base, path, hdr.roll_bytes, hdr.version)
             tail = fast_tail(path, fd, size, hdr.prev_digest, base)
@@ -121,9 +122,9 @@ class Tip:
                     raise LedgerIOError(f"cannot read {path}: {e.strerror}") from e
                 tail = scan_tail(path, data, SEGMENT_HEADER_SIZE, hdr.prev_digest, base)
             else:
-                self.checked = False
+                self.checked = False  # (None: as false; an equivalent mutant)
             self.adopt(tail)
-            self.end_stable = False
+            self.end_stable = False  # (None: the same)
             return True
         finally:
             os.close(fd)
@@ -147,6 +148,7 @@ class Tip:
 
     def adopt(self, tail: Tail, data_offset: int = 0) -> None:
         """Take ``tail`` (found in data starting at ``data_offset``) as our state."""
+        # (>=: an equivalent mutant, it assigns the value it has)
         if tail.at is not None and tail.at > self.last_at:
             self.last_at = tail.at
         self.end, self.head, self.digest = tail.end + data_offset, tail.head, tail.digest
@@ -154,6 +156,7 @@ class Tip:
 
     def active_fd(self, write: bool = False) -> int:
         """The descriptor on the active segment (read-only until a write needs it)."""
+        # (> 0 or >= 1 here and below: equivalent mutants, stdin holds descriptor 0)
         if self.fd >= 0 and (self.fd_writable or not write):
             return self.fd
         assert self.path is not None
@@ -225,6 +228,7 @@ class Tip:
                 peek = around[FOOTER_SIZE:]
                 intact = self._last_frame_still_there(fd, around[:FOOTER_SIZE])
             look = peek != b"\0\0\0\0" or not intact or self.torn is not None
+            # (-2: an equivalent mutant, any negative size means "not looked")
             size = os.fstat(fd).st_size if look else -1
             if size > self.end and intact:
                 size = data_end(fd, size)
@@ -247,7 +251,7 @@ class Tip:
             except CorruptLogError as e:
                 raise CorruptLogError(e.segment, e.offset + self.end, e.reason) from None
             self.adopt(tail, self.end)
-            self.end_stable = False
+            self.end_stable = False  # (None: as false; an equivalent mutant)
         else:  # nothing past ``end`` but zeros: another writer cut any torn tail we saw
             self.torn = None
         # Where a new generation could have begun (format.md §12): past a torn tail (the
@@ -266,6 +270,8 @@ class Tip:
         now = time.monotonic()
         if now - self._gen_checked < GEN_CHECK_INTERVAL:
             return False
+        # (None: an equivalent mutant; check_generation, which a due check always
+        # calls, sets it again)
         self._gen_checked = now
         return True
 

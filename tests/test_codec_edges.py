@@ -1,0 +1,159 @@
+"""Edges of the frame codec and of the fast tail read that whole-log tests pass over:
+CBOR array heads at each width, the roll size clamp, a plain header's flags, an
+oversized batch, what the fast tail answers and where it abstains, short writes,
+and a created file's descriptor on failure. Mutation testing found each held by no
+test (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+import cbor2
+import pytest
+
+from eventstore import CorruptLogError, LedgerIOError, _osio, private
+from eventstore.frame import (
+    FOOTER_SIZE,
+    FRAME_OVERHEAD,
+    GENERATION_START,
+    GENESIS_DIGEST,
+    MAX_PAYLOAD,
+    SEGMENT_HEADER,
+    SEGMENT_HEADER_SIZE,
+    _array_head,
+    encode_frame,
+    encode_payload,
+    encode_raw_rows,
+    encode_segment_header,
+    header_roll_kib,
+)
+from eventstore.segments import Tail, fast_tail, scan_tail
+
+
+@pytest.mark.parametrize("n", [0, 23, 24, 255, 256, 65535, 65536, 70000])
+def test_an_array_head_is_cbors_at_each_width(n: int) -> None:
+    assert cbor2.loads(_array_head(n) + b"\xf6" * n) == [None] * n
+    assert _array_head(n) == cbor2.dumps([None] * n)[: len(_array_head(n))]
+
+
+def test_the_roll_size_is_clamped_to_the_header_field() -> None:
+    assert header_roll_kib(0) == 1
+    assert header_roll_kib(2047) == 1
+    assert header_roll_kib(2**50) == 0xFFFFFFFF
+    SEGMENT_HEADER.pack(b"x" * 8, 2, 0, header_roll_kib(2**50), 1, bytes(32))  # fits
+
+
+def test_a_plain_segment_header_has_no_flags() -> None:
+    plain = SEGMENT_HEADER.unpack(encode_segment_header(1, GENESIS_DIGEST, 4096)[:56])
+    gen = SEGMENT_HEADER.unpack(encode_segment_header(1, GENESIS_DIGEST, 4096, True)[:56])
+    assert (plain[2], gen[2]) == (0, GENERATION_START)
+
+
+def test_an_oversized_batch_of_stored_events_is_refused_in_words() -> None:
+    big = bytes(MAX_PAYLOAD // 2 + 1)  # (the same object twice: no copy)
+    with pytest.raises(ValueError) as err:
+        encode_raw_rows([big, big])
+    assert str(err.value) == (
+        f"batch of {2 * len(big)} bytes exceeds the {MAX_PAYLOAD}-byte frame limit")
+
+
+# --- the fast tail --------------------------------------------------------------------
+
+def segment(*payloads: bytes) -> tuple[bytes, list[int]]:
+    """A segment of one-event frames; the offset of each frame."""
+    out, prev, offs = bytearray(encode_segment_header(1, GENESIS_DIGEST, 1 << 20)), \
+        GENESIS_DIGEST, []
+    for i, p in enumerate(payloads):
+        offs.append(len(out))
+        frame, prev = encode_frame(prev, i + 1, 1, p)
+        out += frame
+    return bytes(out), offs
+
+
+def fast(raw: bytes) -> Tail | None:
+    with tempfile.TemporaryFile() as f:
+        f.write(raw)
+        f.flush()
+        return fast_tail(Path("seg"), f.fileno(), len(raw), GENESIS_DIGEST, 1)
+
+
+def payload(i: int) -> bytes:
+    return encode_payload(1.0 + i, None, [["k", None, {"i": i}]])
+
+
+@pytest.mark.parametrize("frames", [1, 2, 3])
+def test_the_fast_tail_answers_what_the_full_walk_does(frames: int) -> None:
+    raw, _ = segment(*(payload(i) for i in range(frames)))
+    got, full = fast(raw), scan_tail(Path("seg"), raw, SEGMENT_HEADER_SIZE, GENESIS_DIGEST, 1)
+    assert got is not None
+    assert (got.end, got.head, got.digest, got.last, got.at, got.torn) == (
+        full.end, full.head, full.digest, full.last, full.at, None)
+
+
+def test_the_fast_tail_reads_past_a_frame_with_an_empty_payload() -> None:
+    """The shortest frame there is (its overhead only) before the last one."""
+    raw, offs = segment(b"", payload(2))
+    assert offs[1] - offs[0] == FRAME_OVERHEAD
+    got = fast(raw)
+    assert got is not None and (got.head, got.end) == (2, len(raw))
+
+
+def test_the_fast_tail_abstains_when_a_footer_claims_more_than_the_segment() -> None:
+    """The frame before the last says it is longer than all bytes before it."""
+    raw, offs = segment(payload(1), payload(2))
+    b = bytearray(raw)
+    foot = offs[1] - FOOTER_SIZE
+    b[foot : foot + 4] = (offs[1] + 8).to_bytes(4, "little")
+    assert fast(bytes(b)) is None
+
+
+def test_a_failed_read_in_the_fast_tail_names_the_segment(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY)  # a directory: every read fails
+    try:
+        with pytest.raises(LedgerIOError) as err:
+            fast_tail(Path("seg"), fd, 1000, GENESIS_DIGEST, 1)
+    finally:
+        os.close(fd)
+    assert str(err.value) == f"cannot read seg: {os.strerror(errno.EISDIR)}"
+
+
+def test_a_last_frame_whose_payload_does_not_decode_is_placed_and_named() -> None:
+    raw, offs = segment(payload(1), b"\x01not a batch")
+    with pytest.raises(CorruptLogError) as err:
+        scan_tail(Path("seg"), raw, SEGMENT_HEADER_SIZE, GENESIS_DIGEST, 1)
+    assert (err.value.offset, err.value.reason) == (
+        offs[1], "payload is not [at, batch_id, offsets, events]")
+
+
+# --- the small I/O helpers ------------------------------------------------------------
+
+def test_write_all_finishes_a_short_write(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    real = _osio.pwrite
+    monkeypatch.setattr(_osio, "pwrite", lambda fd, data, off: real(fd, data[:3], off))
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        _osio.write_all(fd, b"0123456789", 5)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == bytes(5) + b"0123456789"
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_created_file_whose_mode_cannot_be_set_leaves_no_descriptor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(fd: int, mode: int) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    before = open_fds()
+    monkeypatch.setattr(private.os, "fchmod", fail)
+    with pytest.raises(OSError) as err:
+        private.create_file(tmp_path / "f", os.O_RDWR)
+    assert err.value.errno == errno.EPERM and open_fds() == before
