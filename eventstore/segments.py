@@ -466,6 +466,8 @@ class FrameIndex:
         self.digests = [hdr.prev_digest]
         self.end = SEGMENT_HEADER_SIZE
         self.next_seq = hdr.base_seq
+        # (None: an equivalent mutant; an entry takes a digest only a step past the first
+        # frame, by which time the walk has replaced this one with a frame's)
         self.digest = hdr.prev_digest
 
     def extend(self, fd: int, size: int) -> None:
@@ -507,6 +509,8 @@ class FrameIndex:
     def locate(self, seq: int) -> tuple[int, int, bytes]:
         """``(first_seq, offset, digest before it)`` of the last entry at or before ``seq``."""
         k = max(bisect_right(self.seqs, seq) - 1, 0)
+        # (another bytes value for b"": an equivalent mutant, a dense index serves point
+        # reads, which do not chain)
         return self.seqs[k], self.offs[k], self.digests[k] if self.step or not k else b""
 
     def bound(self, seq: int) -> int | None:

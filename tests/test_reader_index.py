@@ -118,3 +118,41 @@ def test_a_bounded_read_reads_to_the_indexed_boundary_after_its_last_seq(
         ((n, offset),) = reads
         assert offset > 8 * INDEX_STEP and n <= 2 * INDEX_STEP + 4096
 
+        idx = led._reader._indexes[path]
+        s = idx.seqs[5]  # a read that starts at an entry: its digest is the chain's
+        reads.clear()
+        assert seqs(led, s, s) == [s]
+        assert len(reads) == 1 and led._reader._indexes[path] is idx
+
+
+def test_an_index_ends_at_the_last_whole_frame(tmp_path: Path) -> None:
+    """A frame cut short at the end (being written, or torn) is not indexed: the index
+    ends where the whole frames do, and says the next seq is the cut frame's."""
+    d = written(tmp_path, 12, 1 << 20)
+    (_base, path), = list_segments(d)
+    with Ledger.open(d, readonly=True) as led:
+        end11 = led._tip.end  # (before the cut: where frame 12 ends)
+    size = path.stat().st_size
+    assert size == end11
+    os.truncate(path, size - 10)
+    with Ledger.open(d, readonly=True) as led:
+        assert seqs(led, 5, 6) == [5, 6]
+        idx = led._reader._indexes[path]
+        assert idx.next_seq == 12 and idx.end == led._tip.end < size - 10
+
+
+def test_a_bounded_read_across_two_indexed_segments(tmp_path: Path) -> None:
+    """Each segment past the first is read through its own index (both over
+    INDEX_MIN_BYTES), and must continue the one before it."""
+    d = tmp_path / "log"
+    with Ledger.open(d, sync="none", segment_bytes=3 * reader_mod.INDEX_MIN_BYTES // 2) as led:
+        for b in range(50):
+            led.append([ev(40 * b + i, 1500) for i in range(40)])
+        head = led.head
+    segs = list_segments(d)
+    assert len(segs) == 2 and all(p.stat().st_size > reader_mod.INDEX_MIN_BYTES
+                                  for _b, p in segs)
+    with Ledger.open(d, readonly=True) as led:
+        lo, hi = segs[1][0] - 2, head - 5
+        assert seqs(led, lo, hi) == list(range(lo, hi + 1))
+        assert set(led._reader._indexes) == {p for _b, p in segs}

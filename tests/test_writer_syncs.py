@@ -191,3 +191,26 @@ def test_the_sweep_removes_only_segment_temp_files_and_names_them(tmp_path: Path
         (tmp_path / name).write_bytes(b"x")
     assert sweep_tmp(tmp_path) == [stray]
     assert sorted(p.name for p in tmp_path.iterdir()) == [segment_name(1), other]
+
+
+def test_a_poisoned_handle_syncs_nothing_when_it_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, datasyncs: list[int]
+) -> None:
+    """A handle that could not undo a failed write is poisoned: it trusts nothing it
+    holds, so following another writer into the next segment it leaves its own without
+    another sync (fsyncgate: a sync after a failure proves nothing)."""
+    d = tmp_path / "log"
+    with Ledger.open(d, sync="batch", sync_interval=3600.0, segment_bytes=4096) as a:
+        a.append([ev(0)])  # left unsynced: the interval has not passed
+        with monkeypatch.context() as m:
+            m.setattr(_osio, "pwrite", oserror(errno.EIO))
+            m.setattr(_osio, "ftruncate", oserror(errno.EIO))
+            with pytest.raises(LedgerIOError):
+                a.append([ev(1)])
+        assert a._writer.poisoned
+        with Ledger.open(d, sync="none", segment_bytes=4096) as b:
+            while segments(d) < 2:
+                b.append([ev(b.head + 1)])
+            datasyncs.clear()
+            assert a.head == b.head and a._tip.base > 1  # a moved into the new segment
+        assert datasyncs == []
