@@ -23,6 +23,7 @@ from projections.memory import MEMORY_KINDS, MemoryState
 from projections.memory_rank import Adjuster, Scoring, search
 from projections.packet import InvalidPacketError, cache_key_of, canonical_bytes
 from projections.recall import RecallQuery
+from projections.recall import constants as recall_constants
 from projections.recall_view import RecallState
 
 DAY = 86_400.0
@@ -298,6 +299,21 @@ def test_task_first_keeps_the_task_entries_first(tmp_path: Path) -> None:
         hits = s.recall("cache miss", task_id="t-1", scope="task-first")
         assert keys(hits) == [mine, other]
         assert keys(s.recall("cache miss", task_id="t-1", scope="task-only")) == [mine]
+
+
+def test_task_first_with_a_large_task_and_a_rare_term(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 256 entries in the task: its docs are kept as a bitmap over the index, and a
+    rare term is ranked in plain Python (the tiny-query path) against it. (Scoring the
+    task's docs directly, the way for tasks up to DIRECT_MAX entries, is turned off.)"""
+    monkeypatch.setattr(recall_constants, "DIRECT_MAX", -1)
+    clock = Clock()
+    with store(tmp_path, clock, ttl_seconds=100 * DAY) as s:
+        s.put_many([pkt(f"note {i}", task_ids=["t-1"]) for i in range(300)])
+        mine = s.put(pkt("zebra crossing", task_ids=["t-1"])).cache_key
+        other = s.put(pkt("zebra zebra")).cache_key
+        assert keys(s.recall("zebra", task_id="t-1", scope="task-first")) == [mine, other]
+        assert keys(s.recall("zebra", task_id="t-1", scope="task-only")) == [mine]
 
 
 # --- the exact re-rank against a brute-force oracle -------------------------------------------
