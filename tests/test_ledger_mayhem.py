@@ -629,6 +629,30 @@ def test_a_writer_that_dies_with_preallocated_zeros_leaves_a_sound_log(tmp_path:
     check_reopened(crashed, [0, 1, 2, 3, 4])
 
 
+def test_close_trims_zeros_a_dead_writer_left_in_the_segment_it_followed(
+        tmp_path: Path) -> None:
+    """A durable writer that preallocated, then followed another writer into the next
+    segment (only read there), trims on close the zeros a dead writer left past the last
+    frame: it opens the segment for writing to cut them."""
+    log = tmp_path / "log"
+    a = Ledger.open(log, segment_bytes=4096)
+    for i in range(2):
+        a.append([ev(i, pad=200)])  # the second append preallocates
+    with Ledger.open(log, segment_bytes=4096, sync="none") as b:
+        while len(list(log.glob("*.seg"))) < 2:
+            b.append([ev(b.head, pad=200)])
+        b.append([ev(b.head, pad=200)])
+        head = b.head
+    assert a.head == head
+    seg = sorted(log.glob("*.seg"))[-1]
+    size = seg.stat().st_size
+    with open(seg, "ab") as f:
+        f.write(bytes(8192))  # as a writer killed after preallocating leaves them
+    assert a.head == head
+    a.close()
+    assert seg.stat().st_size == content_size(seg) == size
+
+
 def test_sealed_segments_hold_no_preallocated_zeros(tmp_path: Path) -> None:
     log = tmp_path / "log"
     with Ledger.open(log, segment_bytes=4096) as led:
