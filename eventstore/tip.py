@@ -21,6 +21,7 @@ from .frame import (
     GENESIS_DIGEST,
     PREALLOC_VERSION,
     SEGMENT_HEADER_SIZE,
+    SegmentHeader,
     footer_frame_len,
     segment_header_is_torn,
 )
@@ -42,6 +43,23 @@ from .window import BatchWindow
 #: At most this long (seconds) between two looks for a newer generation by a handle
 #: that saw no seal (a compaction that died between its commit and its seal).
 GEN_CHECK_INTERVAL = 0.1
+
+
+def check_start(base: int, path: Path, hdr: SegmentHeader) -> None:
+    """The first segment of the current generation starts it soundly.
+
+    A compaction's or a salvage's generation starts where its header says, from the
+    digest it says. Any other log starts at seq 1 from the genesis digest: a first
+    segment past seq 1 means the ones before it are gone, and another digest means
+    its chain does not start where logs start (what ``verify`` and readers check). A
+    handle refuses both, whether it opens the log or sees its first segment appear.
+    """
+    if hdr.generation_start:
+        return
+    if base != 1:
+        raise CorruptLogError(path, 0, f"segments before seq {base} are missing")
+    if hdr.prev_digest != GENESIS_DIGEST:
+        raise CorruptLogError(path, 0, "the first segment does not start from the genesis digest")
 
 
 class Tip:
@@ -89,9 +107,12 @@ class Tip:
         try:
             segs, gen = list_generation(self.log_dir)
             self.gen_base = segs[0][0] if gen else 1
-            for _base, path in segs[:-1]:
-                read_header(path)
-            if segs and not self._load_active(*segs[-1], may_be_torn=True):
+            for k, (base, path) in enumerate(segs[:-1]):
+                hdr = read_header(path)
+                if k == 0:
+                    check_start(base, path, hdr)
+            if segs and not self._load_active(*segs[-1], may_be_torn=True,
+                                              first=len(segs) == 1):
                 self.torn_seg = segs[-1][1]  # a torn new segment: the one before is the last
                 if len(segs) > 1:
                     self._load_active(*segs[-2], may_be_torn=False)
@@ -100,8 +121,12 @@ class Tip:
                 raise
             self.fault = e
 
-    def _load_active(self, base: int, path: Path, *, may_be_torn: bool) -> bool:
-        """Take the last segment as the active one (False: its header is torn)."""
+    def _load_active(self, base: int, path: Path, *, may_be_torn: bool,
+                     first: bool = False) -> bool:
+        """Take the last segment as the active one (False: its header is torn).
+
+        ``first``: it is also the generation's first segment (see :func:`check_start`).
+        """
         fd = open_segment(path)
         try:
             try:
@@ -113,6 +138,8 @@ class Tip:
                 return False
             # (read_header(path) without ``head``, an equivalent mutant: the same bytes)
             hdr = read_header(path, head)
+            if first:
+                check_start(base, path, hdr)
             self.set_active(base, path, hdr.roll_bytes, hdr.version)
             tail = fast_tail(path, fd, size, hdr.prev_digest, base)
             if tail is None:  # unclear ending: walk the whole segment
@@ -202,8 +229,7 @@ class Tip:
                 return
             if gen:
                 self.gen_base = segs[0][0]
-            if not self._switch_to(segs[0], None if gen else GENESIS_DIGEST, segs[0][0] if gen
-                                   else 1, len(segs) == 1):
+            if not self._switch_to(segs[0], None, segs[0][0], len(segs) == 1):
                 return
         assert self.path is not None
         try:
@@ -378,7 +404,8 @@ class Tip:
     ) -> bool:
         """Move on to a newer segment (False: it is the last one and its header is torn).
 
-        ``prev_digest`` None: ``seg`` starts the generation; its header says the digest.
+        ``prev_digest`` None: ``seg`` starts the generation; its header says the digest
+        (checked by :func:`check_start`).
         """
         base, path = seg
         fd = open_segment(path)
@@ -394,6 +421,7 @@ class Tip:
         # (read_header(path) without ``data``, an equivalent mutant: it reads the same bytes)
         hdr = read_header(path, data)
         if prev_digest is None:
+            check_start(base, path, hdr)
             prev_digest = hdr.prev_digest
         elif hdr.prev_digest != prev_digest:
             raise CorruptLogError(path, 0, "segment does not chain to the one before it")

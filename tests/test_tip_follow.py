@@ -274,3 +274,71 @@ def test_a_writer_looks_for_a_new_generation_once_until_the_lock_file_says_anoth
         for i in range(6):
             led.append([Event("a.a", None, {"i": i})])
         assert led.head == 6 and len(looks) <= 1  # the first sight of the field only
+
+
+def test_a_new_generation_at_the_head_that_does_not_chain_is_read_afresh(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A generation that starts at head + 1 but from another digest (a salvage's, not a
+    compaction's) is not followed like a roll: the handle opens it afresh, taking the
+    digest its header says."""
+    monkeypatch.setattr(tip_mod, "GEN_CHECK_INTERVAL", 0.0)  # look at every refresh
+    a = open_log(tmp_path)
+    b = open_log(tmp_path)
+    try:
+        for i in range(1, 4):
+            a.append([ev(i)])
+        assert b.head == 3
+        other = bytes(range(32))
+        (tmp_path / segment_name(4)).write_bytes(
+            encode_segment_header(4, other, ROLL, generation_start=True))
+        reloads = spy_on_reloads(monkeypatch)
+        assert (b.head, b.base, b.head_digest) == (3, 4, other)
+        assert reloads == [3]
+    finally:
+        a.close()
+        b.close()
+
+
+def first_segments(tmp_path: Path, which: str) -> dict[str, bytes]:
+    """A log whose first segment starts no generation but not soundly either."""
+    if which == "not genesis":  # starts at seq 1, chained from another digest
+        other = bytes(range(32))
+        f1, d1 = frame(other, 1)
+        f2, _ = frame(d1, 2)
+        return {segment_name(1): encode_segment_header(1, other, ROLL) + f1 + f2}
+    a = open_log(tmp_path / "src")
+    while len(list((tmp_path / "src").glob("*.seg"))) < 3:
+        a.append([ev(a.head + 1)])
+    a.close()
+    segs = sorted((tmp_path / "src").glob("*.seg"))[1:]  # segment 1 gone
+    if which == "missing":
+        segs = segs[:1]
+    return {p.name: p.read_bytes() for p in segs}
+
+
+@pytest.mark.parametrize("which", ["missing", "missing, two left", "not genesis"])
+def test_an_unsound_first_segment_is_refused_by_opening_and_by_following(
+        tmp_path: Path, which: str) -> None:
+    """A log that starts past seq 1, or at seq 1 from a digest other than the genesis
+    one, and starts no generation: refused by a handle that opens it and by one that
+    saw the directory empty and then the segments appear, in the same words."""
+    files = first_segments(tmp_path, which)
+    first = min(files)
+    words = ("the first segment does not start from the genesis digest"
+             if which == "not genesis" else "segments before seq")
+    d = tmp_path / "log"
+    d.mkdir()
+    follower = open_log(d)
+    try:
+        assert follower.head == 0
+        for name, data in files.items():
+            (d / name).write_bytes(data)
+        with pytest.raises(CorruptLogError, match=words) as err:
+            _ = follower.head
+        assert err.value.segment == d / first
+    finally:
+        follower.close()
+    with pytest.raises(CorruptLogError, match=words) as err:
+        with open_log(d) as opened:
+            _ = opened.head
+    assert err.value.segment == d / first

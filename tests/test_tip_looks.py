@@ -1,7 +1,7 @@
 """What one look at the head (``Tip.refresh``) reads, and the words of its failures.
 
 A look runs before every read and append, so its cost is part of the contract
-(docs/architecture.md, "Following other writers"): a handle that wrote the last frame
+(docs/format.md, section 7, "Catching up"): a handle that wrote the last frame
 itself reads the 4 bytes past it; one that adopted another writer's frames reads that
 frame's footer and digest in place; neither stats the file when preallocated zeros
 follow, and neither asks for the next segment before its own is full. Mutation testing
