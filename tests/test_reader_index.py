@@ -10,6 +10,7 @@ found no answer-checking test could see (docs/reliability.md).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -17,9 +18,11 @@ from typing import Any
 
 import pytest
 
-from eventstore import Event, Ledger
+from eventstore import Event, Ledger, LedgerIOError
 from eventstore import reader as reader_mod
-from eventstore.segments import INDEX_STEP, list_segments
+from eventstore import segments as segments_mod
+from eventstore.frame import SEGMENT_HEADER_SIZE
+from eventstore.segments import INDEX_STEP, list_segments, segment_name
 
 
 def ev(i: int, pad: int = 300) -> Event:
@@ -156,3 +159,28 @@ def test_a_bounded_read_across_two_indexed_segments(tmp_path: Path) -> None:
         lo, hi = segs[1][0] - 2, head - 5
         assert seqs(led, lo, hi) == list(range(lo, hi + 1))
         assert set(led._reader._indexes) == {p for _b, p in segs}
+
+
+def test_a_read_in_a_torn_new_segment_of_zeros_finds_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last segment's header is zeros (a power cut while it was created): a bounded
+    read that starts there looks at the whole file for frame headers, finds none and
+    yields nothing; a failure to read it names the segment."""
+    d = written(tmp_path, 5, 1 << 20)
+    torn = d / segment_name(6)
+    torn.write_bytes(bytes(4096))
+    with Ledger.open(d, readonly=True) as led:
+        assert led.head == 5
+        assert seqs(led, 6, 6) == [] and seqs(led, 4, 7) == [4, 5]
+        real = segments_mod.pread_all
+
+        def failing(fd: int, n: int, offset: int) -> bytes:
+            if n == SEGMENT_HEADER_SIZE:  # (data_end stops at the header: all zeros)
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            return real(fd, n, offset)
+
+        monkeypatch.setattr(segments_mod, "pread_all", failing)
+        led._reader.clear()
+        with pytest.raises(LedgerIOError) as err:
+            seqs(led, 6, 6)
+    assert str(err.value) == f"cannot read {torn}: {os.strerror(errno.EIO)}"
