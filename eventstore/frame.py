@@ -255,7 +255,7 @@ def _array_head(n: int) -> bytes:
         return bytes([0x98, n])
     if n < 0x10000:
         return b"\x99" + n.to_bytes(2, "big")  # (no byteorder: "big" is the default)
-    return b"\x9a" + n.to_bytes(4, "big")
+    return b"\x9a" + n.to_bytes(4, "big")  # (the same)
 
 
 def encode_payload(at: float, batch_id: str | None, events: list[list[Any]]) -> bytes:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from eventstore import event as event_mod
+
 if "MUTANT_UNDER_TEST" in os.environ:
     # Under mutmut (.ci/mutate), which runs the tests that reach a mutant once per mutant:
     # at most 10 examples per property and state machine (a surviving mutant pays for
@@ -83,6 +85,15 @@ if "MUTANT_UNDER_TEST" in os.environ:
 
 if TYPE_CHECKING:
     from natscluster import NatsCluster
+
+
+@pytest.fixture(autouse=True)
+def _fresh_kind_cache() -> None:
+    """Every test validates its event kinds afresh: the writer's cache of kinds that
+    passed would otherwise let a test skip the checks for a kind an earlier test used,
+    so its path (and what mutation testing's coverage maps say it runs) would depend
+    on which tests ran before it."""
+    event_mod._KINDS_OK.clear()
 
 
 @pytest.fixture(autouse=True)

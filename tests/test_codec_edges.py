@@ -110,6 +110,14 @@ def test_the_fast_tail_abstains_when_a_footer_claims_more_than_the_segment() -> 
     assert fast(bytes(b)) is None
 
 
+def test_the_fast_tail_abstains_when_the_last_footer_claims_more_than_the_file() -> None:
+    """The last footer says its frame is longer than the whole file."""
+    raw, _ = segment(payload(1), payload(2))
+    b = bytearray(raw)
+    b[-FOOTER_SIZE : -FOOTER_SIZE + 4] = (len(raw) + 8).to_bytes(4, "little")
+    assert fast(bytes(b)) is None
+
+
 def test_a_failed_read_in_the_fast_tail_names_the_segment(tmp_path: Path) -> None:
     fd = os.open(tmp_path, os.O_RDONLY)  # a directory: every read fails
     try:

@@ -16,7 +16,7 @@ import struct
 import cbor2
 import pytest
 
-from eventstore.frame import row_bounds
+from eventstore.frame import payload_head_fast, payload_prefix, row_bounds
 
 ROWS = [cbor2.dumps(["p.p", None, {"i": i, "pad": "z" * i}]) for i in range(3)]
 
@@ -109,3 +109,37 @@ def test_offsets_that_leave_the_events_give_none_for_that_event() -> None:
     p, start = payload(ROWS, offsets=[0, 0, len(ROWS[0]) + len(ROWS[1])])  # an empty event
     assert [row_bounds(p, i) for i in range(3)] == [None, spans([ROWS[0] + ROWS[1]], start)[0],
                                                   spans(ROWS, start)[2]]
+
+
+# --- payload_head_fast: (at, batch_id) from the first bytes --------------------------
+
+@pytest.mark.parametrize("bid", [None, "", "b", "x" * 23, "x" * 24, "é" * 100, "x" * 255,
+                                 "x" * 256, "y" * 1000])
+@pytest.mark.parametrize("elements", [3, 4])
+def test_the_fast_head_reads_at_and_the_batch_id_of_every_writers_shape(
+        bid: str | None, elements: int) -> None:
+    """What writers write (``payload_prefix``), and the 3-element payloads written
+    before per-event offsets: the fast parser answers, it does not fall back."""
+    at = 1234.5678
+    rows = cbor2.dumps([["k", None, {}]])
+    if elements == 4:
+        p = payload_prefix(at, bid) + cbor2.dumps(b"\0\0\0\0") + rows
+        assert p[0] == 0x84
+    else:
+        p = b"\x83\xfb" + struct.pack(">d", at) + cbor2.dumps(bid) + rows
+    assert payload_head_fast(p) == (at, bid)
+    head_len = 11 + (len(cbor2.dumps(bid)) - 1 if bid is not None else 0)
+    assert payload_head_fast(p[:head_len]) == (at, bid)  # the head alone is enough
+    if bid:
+        assert payload_head_fast(p[: head_len - 1]) is None  # the id cut short
+
+
+def test_the_fast_head_gives_none_for_other_shapes() -> None:
+    at = b"\xfb" + struct.pack(">d", 1.0)
+    for p in [b"", b"\x84" + at,  # too short for a head
+              b"\x82" + at + b"\xf6", b"\x85" + at + b"\xf6",  # not 3 or 4 elements
+              b"\x84\xfa" + struct.pack(">f", 1.0) + b"\xf6\xf6",  # a float32 at
+              b"\x84" + at + b"\x01",  # an integer batch id
+              b"\x84" + at + b"\x7a\0\0\0\1x",  # a text head of 4 length bytes
+              b"\x84" + at + b"\x62\xff\xfe"]:  # not UTF-8
+        assert payload_head_fast(p) is None, p
