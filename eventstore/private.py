@@ -41,12 +41,12 @@ def make_dirs(path: Path, *, sync: bool = False) -> bool:
     p = path
     while not os.path.isdir(p):
         missing.append(p)
-        if p.parent == p:
+        if p.parent == p:  # (return: an equivalent mutant, the root is a directory)
             break
         p = p.parent
     for d in reversed(missing):
         try:
-            os.mkdir(d, DIR_MODE)
+            os.mkdir(d, DIR_MODE)  # (no mode: an equivalent mutant, chmod sets it at once)
         except FileExistsError:
             if not os.path.isdir(d):
                 raise

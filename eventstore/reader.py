@@ -274,6 +274,8 @@ class Reader:
         try:
             st = os.fstat(fd)
             size = data_end(fd, st.st_size)
+            # (size >= INDEX_MIN_BYTES: an equivalent mutant, an index or not for a
+            # segment of exactly that size; every frame read through one is checked)
             if use_index and (need > base or to_seq is not None) and (
                 not later or size > INDEX_MIN_BYTES
             ):

@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 from faults import failing_for
 
 from cli.main import ctxledger
-from eventstore import Event, Ledger, NotOwnerError, private
+from eventstore import Event, Ledger, LedgerIOError, NotOwnerError, private
 from projections import ContextStore, store_dir
 
 
@@ -223,3 +223,71 @@ def test_mode_warnings_walks_past_links_and_unlistable_dirs_and_quotes_paths(
     monkeypatch.setattr(os, "lstat", failing_for(os.lstat, gone,
                                                  FileNotFoundError(2, "No such file or directory")))
     assert len(private.mode_warnings(root)) == 2
+
+
+# --- make_dirs and check_owner, case by case ---------------------------------------------
+
+def test_make_dirs_says_whether_it_made_the_path_and_syncs_only_when_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[Path] = []
+    monkeypatch.setattr(private._osio, "fsync_dir", lambda d: synced.append(Path(d)))
+    assert private.make_dirs(tmp_path / "a" / "b") is True
+    assert private.make_dirs(tmp_path / "a" / "b") is False and synced == []
+    assert private.make_dirs(tmp_path / "c" / "d", sync=True) is True
+    assert synced == [tmp_path, tmp_path / "c"]
+
+
+def test_make_dirs_takes_a_directory_another_process_made_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent appears between the look and the mkdir: its mode is its maker's, and
+    the directories below it are still made."""
+    real = os.mkdir
+    raced = tmp_path / "a"
+
+    def racing(d: Path, mode: int = 0o777) -> None:
+        if Path(d) == raced:
+            real(d, 0o755)  # the other process
+            raise FileExistsError(17, "File exists", str(d))
+        real(d, mode)
+
+    monkeypatch.setattr(os, "mkdir", racing)
+    assert private.make_dirs(raced / "b" / "c") is True
+    assert (raced / "b" / "c").is_dir()
+    assert stat.S_IMODE(raced.stat().st_mode) == 0o755
+    assert stat.S_IMODE((raced / "b").stat().st_mode) == 0o700
+
+
+def test_make_dirs_refuses_a_file_in_the_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.mkdir
+    raced = tmp_path / "a"
+
+    def racing(d: Path, mode: int = 0o777) -> None:
+        if Path(d) == raced:
+            raced.write_bytes(b"")  # another process made a file there
+        real(d, mode)
+
+    monkeypatch.setattr(os, "mkdir", racing)
+    with pytest.raises(FileExistsError):
+        private.make_dirs(raced / "b")
+
+
+def test_the_owner_check_names_the_path_and_both_users(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    own = os.stat(tmp_path).st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: own + 1)
+    with pytest.raises(NotOwnerError) as err:
+        private.check_owner(tmp_path)
+    assert (err.value.path, err.value.owner_uid, err.value.euid) == (tmp_path, own, own + 1)
+    assert f"(uid {own + 1})" in str(err.value)
+
+
+def test_an_owner_check_that_cannot_stat_names_the_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def denied(p: object, *a: object, **k: object) -> os.stat_result:
+        raise PermissionError(13, os.strerror(13))
+
+    monkeypatch.setattr(os, "stat", denied)
+    with pytest.raises(LedgerIOError) as err:
+        private.check_owner(tmp_path / "x")
+    assert str(err.value) == f"cannot stat {tmp_path / 'x'}: {os.strerror(13)}"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from eventstore import Event, Ledger, LedgerIOError
+from eventstore import Event, GenerationChangedError, Ledger, LedgerIOError
 from eventstore import reader as reader_mod
 from eventstore import segments as segments_mod
 from eventstore.frame import SEGMENT_HEADER_SIZE
@@ -184,3 +184,79 @@ def test_a_read_in_a_torn_new_segment_of_zeros_finds_nothing(
         with pytest.raises(LedgerIOError) as err:
             seqs(led, 6, 6)
     assert str(err.value) == f"cannot read {torn}: {os.strerror(errno.EIO)}"
+
+
+def three_segments(tmp_path: Path) -> tuple[Path, list[Path]]:
+    d = written(tmp_path, 30, 4096)
+    segs = [p for _b, p in list_segments(d)]
+    assert len(segs) >= 3
+    return d, segs
+
+
+def test_a_segment_that_vanishes_mid_read_is_named(tmp_path: Path) -> None:
+    d, segs = three_segments(tmp_path)
+    with Ledger.open(d, readonly=True) as led:
+        events = led.read()
+        assert next(events).seq == 1
+        segs[1].unlink()
+        with pytest.raises(LedgerIOError) as err:
+            list(events)
+    assert str(err.value) == f"cannot open {segs[1]}: segment vanished"
+
+
+def test_a_segment_a_new_generation_removed_mid_read_says_read_again(tmp_path: Path) -> None:
+    d, segs = three_segments(tmp_path)
+    with Ledger.open(d) as led:
+        events = led.read()
+        assert next(events).seq == 1
+        led.start_generation(led.head, {}, [], at=1.0)
+        assert not segs[1].exists()  # the new generation's writer removed the old ones
+        with pytest.raises(GenerationChangedError) as err:
+            list(events)
+    assert err.value.segment == segs[1]
+
+
+def test_a_segment_that_cannot_be_opened_mid_read_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d, segs = three_segments(tmp_path)
+    real = os.open
+
+    def denied(path: Any, flags: int, *a: Any) -> int:
+        if Path(path) == segs[1]:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        return real(path, flags, *a)
+
+    with Ledger.open(d, readonly=True) as led:
+        events = led.read()
+        assert next(events).seq == 1
+        monkeypatch.setattr(os, "open", denied)
+        with pytest.raises(LedgerIOError) as err:
+            list(events)
+    assert str(err.value) == f"cannot open {segs[1]}: {os.strerror(errno.EACCES)}"
+
+
+def test_a_read_from_the_first_seq_on_needs_no_index(tmp_path: Path) -> None:
+    """Every segment is read whole from its start: nothing to locate."""
+    d, segs = three_segments(tmp_path)
+    with Ledger.open(d, readonly=True) as led:
+        assert seqs(led, 1, None) == list(range(1, 31))
+        assert led._reader._indexes == {}
+
+
+def test_a_few_events_of_a_big_batch_are_decoded_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bounded read of 2 events of a 100-event batch decodes those rows only."""
+    d = tmp_path / "log"
+    with Ledger.open(d, sync="none") as led:
+        led.append([ev(i, 20) for i in range(100)])
+    calls: list[tuple[int, int]] = []
+    real = reader_mod.decode_rows_at
+
+    def spy(payload: Any, lo: int, hi: int) -> Any:
+        calls.append((lo, hi))
+        return real(payload, lo, hi)
+
+    monkeypatch.setattr(reader_mod, "decode_rows_at", spy)
+    with Ledger.open(d, readonly=True) as led:
+        assert [e.data["i"] for e in led.read(41, 42)] == [40, 41]
+    assert calls == [(40, 42)]
