@@ -41,7 +41,7 @@ def make_dirs(path: Path, *, sync: bool = False) -> bool:
     p = path
     while not os.path.isdir(p):
         missing.append(p)
-        if p.parent == p:  # (return: an equivalent mutant, the root is a directory)
+        if p.parent == p:
             break
         p = p.parent
     for d in reversed(missing):
