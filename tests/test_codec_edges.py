@@ -29,6 +29,7 @@ from eventstore.frame import (
     encode_raw_rows,
     encode_segment_header,
     header_roll_kib,
+    segment_header_is_torn,
 )
 from eventstore.segments import Tail, fast_tail, scan_tail
 
@@ -165,3 +166,10 @@ def test_a_created_file_whose_mode_cannot_be_set_leaves_no_descriptor(
     with pytest.raises(OSError) as err:
         private.create_file(tmp_path / "f", os.O_RDWR)
     assert err.value.errno == errno.EPERM and open_fds() == before
+
+
+def test_a_zero_header_followed_by_any_well_formed_frame_is_not_torn() -> None:
+    """Whatever seq the frame says (here 0): damage, not a power cut's leftover."""
+    frame, _ = encode_frame(GENESIS_DIGEST, 0, 1, payload(1))
+    assert not segment_header_is_torn(bytes(SEGMENT_HEADER_SIZE) + frame)
+    assert segment_header_is_torn(bytes(SEGMENT_HEADER_SIZE) + bytes(len(frame)))

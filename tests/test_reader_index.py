@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from eventstore import Event, GenerationChangedError, Ledger, LedgerIOError
+from eventstore import CorruptLogError, Event, GenerationChangedError, Ledger, LedgerIOError
 from eventstore import reader as reader_mod
 from eventstore import segments as segments_mod
 from eventstore.frame import SEGMENT_HEADER_SIZE
@@ -260,3 +260,19 @@ def test_a_few_events_of_a_big_batch_are_decoded_alone(
     with Ledger.open(d, readonly=True) as led:
         assert [e.data["i"] for e in led.read(41, 42)] == [40, 41]
     assert calls == [(40, 42)]
+
+
+def test_a_first_segment_removed_under_an_open_handle_fails_its_reads(tmp_path: Path) -> None:
+    """The handle checked the log's start when it opened; a read that starts there
+    finds segment 1 gone (no new generation) and says which seqs are missing."""
+    d, segs = three_segments(tmp_path)
+    second = list_segments(d)[1][0]
+    with Ledger.open(d, readonly=True) as led:
+        assert led.head == 30
+        segs[0].unlink()
+        with pytest.raises(CorruptLogError) as err:
+            seqs(led, 1, None)
+        assert (err.value.segment, err.value.offset, err.value.reason) == (
+            segs[1], 0, f"segments before seq {second} are missing")
+        with pytest.raises(CorruptLogError):  # and the handle stays failed closed
+            seqs(led, 30, 30)
