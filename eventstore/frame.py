@@ -640,6 +640,7 @@ def segment_header_is_torn(buf: bytes | memoryview) -> bool:
     """
     if len(buf) < SEGMENT_HEADER_SIZE:
         return True
+    # (from offset 2, an equivalent mutant: a frame's magic cannot start in the zeros)
     return not any(buf[:SEGMENT_HEADER_SIZE]) and not has_valid_frame_after(buf, -1, 0)
 
 
