@@ -433,13 +433,13 @@ def payload_head_fast(payload: bytes | memoryview) -> tuple[float, str | None] |
     elif b == 0x78 and len(payload) >= 12:
         start, ln = 12, payload[11]
     elif b == 0x79 and len(payload) >= 13:
-        start, ln = 13, int.from_bytes(payload[11:13], "big")
+        start, ln = 13, int.from_bytes(payload[11:13], "big")  # (no byteorder: "big")
     else:
         return None
     if start + ln > len(payload):
         return None
     try:
-        return at, str(payload[start : start + ln], "utf-8")
+        return at, str(payload[start : start + ln], "utf-8")  # ("UTF-8": the same codec)
     except UnicodeDecodeError:
         return None
 

@@ -266,6 +266,8 @@ class Reader:
             if last:  # a torn segment another writer just moved to quarantine/
                 return None
             segs, gen = list_generation(self.log_dir)
+            # (>=: an equivalent mutant; a generation starting at ``base`` has this
+            # segment's name, so the open would have found its file)
             if gen and segs[0][0] > base:
                 raise GenerationChangedError(path) from None
             raise LedgerIOError(f"cannot open {path}: segment vanished") from None
@@ -287,6 +289,8 @@ class Reader:
             os.close(fd)
         if last and segment_header_is_torn(data):
             return None
+        # (read_header(path) without ``data``: equivalent mutants, the same bytes; and
+        # an indexed end of 1 for 0: no frame starts before byte 64)
         hdr = read_header(path, data)
         return (
             data, SEGMENT_HEADER_SIZE, 0, hdr.base_seq, hdr.prev_digest, hdr.base_seq,

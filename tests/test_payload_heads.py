@@ -134,6 +134,17 @@ def test_the_fast_head_reads_at_and_the_batch_id_of_every_writers_shape(
         assert payload_head_fast(p[: head_len - 1]) is None  # the id cut short
 
 
+def test_the_fast_head_reads_a_batch_id_in_a_wider_head_than_needed() -> None:
+    """CBOR allows a text length in more bytes than it needs (another writer's, a
+    mirror's): an empty id in a 1- and a 2-byte length, the payload ending there."""
+    at = 3.25
+    p = b"\x84\xfb" + struct.pack(">d", at)
+    assert payload_head_fast(p + b"\x78\x00") == (at, "")
+    assert payload_head_fast(p + b"\x79\x00\x00") == (at, "")
+    assert payload_head_fast(p + b"\x79\x01\x00" + b"q" * 256) == (at, "q" * 256)
+    assert payload_head_fast(p + b"\x78") is None and payload_head_fast(p + b"\x79\x00") is None
+
+
 def test_the_fast_head_gives_none_for_other_shapes() -> None:
     at = b"\xfb" + struct.pack(">d", 1.0)
     for p in [b"", b"\x84" + at,  # too short for a head

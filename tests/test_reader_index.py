@@ -204,6 +204,38 @@ def test_a_segment_that_vanishes_mid_read_is_named(tmp_path: Path) -> None:
     assert str(err.value) == f"cannot open {segs[1]}: segment vanished"
 
 
+def test_segments_that_vanish_mid_read_with_no_new_generation_are_named(
+        tmp_path: Path) -> None:
+    """The segment being read next and the one before it both gone, and no new
+    generation: the next one is named as vanished, not as a generation change."""
+    d, segs = three_segments(tmp_path)
+    with Ledger.open(d, readonly=True) as led:
+        events = led.read()
+        assert next(events).seq == 1
+        segs[0].unlink()
+        segs[1].unlink()
+        with pytest.raises(LedgerIOError) as err:
+            list(events)
+    assert str(err.value) == f"cannot open {segs[1]}: segment vanished"
+
+
+def test_a_failed_read_of_a_whole_segment_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d, segs = three_segments(tmp_path)
+    size = segs[1].stat().st_size
+    real = reader_mod.pread_all
+
+    def failing(fd: int, n: int, offset: int) -> bytes:
+        if n == size and offset == 0 and os.fstat(fd).st_ino == segs[1].stat().st_ino:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(reader_mod, "pread_all", failing)
+    with Ledger.open(d, readonly=True) as led, pytest.raises(LedgerIOError) as err:
+        seqs(led, 1, None)
+    assert str(err.value) == f"cannot read {segs[1]}: {os.strerror(errno.EIO)}"
+
+
 def test_a_segment_a_new_generation_removed_mid_read_says_read_again(tmp_path: Path) -> None:
     d, segs = three_segments(tmp_path)
     with Ledger.open(d) as led:
