@@ -21,7 +21,7 @@ import pytest
 from eventstore import CorruptLogError, Event, GenerationChangedError, Ledger, LedgerIOError
 from eventstore import reader as reader_mod
 from eventstore import segments as segments_mod
-from eventstore.frame import SEGMENT_HEADER_SIZE
+from eventstore.frame import SEGMENT_HEADER_SIZE, encode_segment_header
 from eventstore.segments import INDEX_STEP, list_segments, segment_name
 
 
@@ -308,3 +308,38 @@ def test_a_first_segment_removed_under_an_open_handle_fails_its_reads(tmp_path: 
             segs[1], 0, f"segments before seq {second} are missing")
         with pytest.raises(CorruptLogError):  # and the handle stays failed closed
             seqs(led, 30, 30)
+
+
+def test_an_unbounded_read_from_inside_a_segment_goes_through_its_index(
+        tmp_path: Path) -> None:
+    """From the middle of a big segment to the end: located through the index, which
+    the read builds; a read from the first seq builds none (above)."""
+    d = written(tmp_path, 200, 1 << 22, pad=1500)
+    (_base, path), = list_segments(d)
+    with Ledger.open(d, readonly=True) as led:
+        assert seqs(led, 150, None) == list(range(150, 201))
+        assert list(led._reader._indexes) == [path]
+
+
+def test_a_bounded_read_indexes_only_the_first_of_small_segments(tmp_path: Path) -> None:
+    """Later segments under INDEX_MIN_BYTES are read whole: an index would cost more."""
+    d, segs = three_segments(tmp_path)
+    with Ledger.open(d, readonly=True) as led:
+        assert seqs(led, 2, 28) == list(range(2, 29))
+        assert list(led._reader._indexes) == [segs[0]]
+
+
+def test_a_segment_whose_header_does_not_continue_the_one_before_is_named(
+        tmp_path: Path) -> None:
+    """The second segment's header says another digest before it (its header checksum
+    intact): the read stops there, at byte 0 of that segment."""
+    d, segs = three_segments(tmp_path)
+    data = bytearray(segs[1].read_bytes())
+    base = list_segments(d)[1][0]
+    hdr = encode_segment_header(base, bytes(range(32)), 4096)
+    data[: len(hdr)] = hdr
+    segs[1].write_bytes(bytes(data))
+    with Ledger.open(d, readonly=True) as led, pytest.raises(CorruptLogError) as err:
+        seqs(led, 1, None)
+    assert (err.value.segment, err.value.offset, err.value.reason) == (
+        segs[1], 0, "segment does not continue the one before it")
