@@ -153,22 +153,27 @@ class Reader:
                                 continue
                             rows = None
                             if mode == EVENTS and bounded and count > 8:
+                                # (>=: an equivalent mutant, lo is 0 at from_seq == first)
                                 lo = from_seq - first if from_seq > first else 0
                                 hi = min(stop_seq, nxt - 1) - first + 1
                                 if (hi - lo) * 4 <= count:  # a few events of a big batch
                                     rows = decode_rows_at(mv[p0:p1], lo, hi)
                                     head = payload_head_fast(mv[p0:p1]) if rows else None
                                     if rows is not None and head is not None:
+                                        # (another nxt: an equivalent mutant, pre-sliced
+                                        # rows are sliced no further either way)
                                         at, first, nxt = head[0], first + lo, first + hi
                                         rows_pre_sliced = True
                                     else:
                                         rows = None
                             try:
                                 if rows is None:
-                                    rows_pre_sliced = False
+                                    rows_pre_sliced = False  # (None: as false)
                                     # small payloads decode faster from bytes than a view
+                                    # (either at any size: equivalent mutants, one decode)
                                     obj = loads(data[p0:p1] if p1 - p0 < 65536 else mv[p0:p1])
                                     at = obj[0]
+                                    # (always float(at): an equivalent mutant, a fast path)
                                     if type(at) is not float:
                                         at = float(at)
                                     if len(obj) == 3:  # written before per-event offsets
