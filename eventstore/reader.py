@@ -204,7 +204,7 @@ class Reader:
                                     ) from None
                                 yield batch
                                 continue
-                            lo = from_seq - first if from_seq > first else 0
+                            lo = from_seq - first if from_seq > first else 0  # (>=: the same)
                             if stop_seq < nxt - 1:
                                 rows = rows[lo : stop_seq - first + 1]
                             elif lo:
