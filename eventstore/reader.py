@@ -205,6 +205,8 @@ class Reader:
                                 yield batch
                                 continue
                             lo = from_seq - first if from_seq > first else 0  # (>=: the same)
+                            # (<= or < nxt + 1: equivalent mutants, a slice up to the
+                            # batch's last event or past it is the same rows)
                             if stop_seq < nxt - 1:
                                 rows = rows[lo : stop_seq - first + 1]
                             elif lo:

@@ -262,6 +262,7 @@ class SegmentWriter:
             return
         try:
             fd = tip.active_fd()
+            # (>=: an equivalent mutant, a cut to the size the file has)
             if os.fstat(fd).st_size > tip.end:
                 fd = tip.active_fd(write=True)
                 _osio.ftruncate(fd, tip.end)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 import cbor2
@@ -17,6 +18,7 @@ import pytest
 from eventstore import CorruptLogError, LedgerIOError, _osio, private
 from eventstore.frame import (
     FOOTER_SIZE,
+    FRAME_HEADER_SIZE,
     FRAME_OVERHEAD,
     GENERATION_START,
     GENESIS_DIGEST,
@@ -29,6 +31,7 @@ from eventstore.frame import (
     encode_raw_rows,
     encode_segment_header,
     header_roll_kib,
+    parse_frame_head,
     segment_header_is_torn,
 )
 from eventstore.segments import Tail, fast_tail, scan_tail
@@ -173,3 +176,18 @@ def test_a_zero_header_followed_by_any_well_formed_frame_is_not_torn() -> None:
     frame, _ = encode_frame(GENESIS_DIGEST, 0, 1, payload(1))
     assert not segment_header_is_torn(bytes(SEGMENT_HEADER_SIZE) + frame)
     assert segment_header_is_torn(bytes(SEGMENT_HEADER_SIZE) + bytes(len(frame)))
+
+
+def test_a_frame_head_is_usable_only_with_its_magic_a_count_and_its_crc() -> None:
+    """What the header-only walks (the frame index, the batch-id window) accept."""
+    frame, digest = encode_frame(GENESIS_DIGEST, 7, 2, payload(1))
+    head = frame[:FRAME_HEADER_SIZE]
+    assert parse_frame_head(head, 0) == (len(frame) - FRAME_OVERHEAD, 2, 7, digest)
+    other_magic = b"\0" * 4 + head[4:]  # (the crc covers bytes 8 to 56, not the magic)
+    assert parse_frame_head(other_magic, 0) is None
+    fields = bytearray(head)
+    fields[12:16] = (0).to_bytes(4, "little")  # count 0, with a crc that matches it
+    fields[4:8] = zlib.crc32(bytes(fields[8:56])).to_bytes(4, "little")
+    assert parse_frame_head(bytes(fields), 0) is None
+    fields[12:16] = (2).to_bytes(4, "little")
+    assert parse_frame_head(bytes(fields), 0) is None  # the crc is count 0's now

@@ -18,7 +18,7 @@ import attrs
 import cbor2
 import pytest
 
-from eventstore import CorruptLogError, Event, Ledger
+from eventstore import Batch, CorruptLogError, Event, Ledger
 from eventstore import reader as reader_mod
 from eventstore.frame import encode_frame_parts, encode_payload, payload_prefix
 from eventstore.segments import list_segments
@@ -129,8 +129,8 @@ def test_a_frame_whose_count_is_not_its_events_is_refused(tmp_path: Path) -> Non
         f.write(frame)
     with Ledger.open(d, readonly=True) as led, pytest.raises(CorruptLogError) as err:
         list(led.read(2, 4))
-    assert (err.value.segment, err.value.offset) == (seg, start)
-    assert "event count does not match the header" in err.value.reason
+    assert (err.value.segment, err.value.offset, err.value.reason) == (
+        seg, start, "event count does not match the header")
 
 
 def with_frames(tmp_path: Path, payloads: list[tuple[int, bytes]], pad: int = 40,
@@ -205,3 +205,59 @@ def test_a_raw_batch_that_does_not_decode_is_placed_in_its_segment(tmp_path: Pat
         list(led.read_raw_batches(61, 61))
     assert (err.value.segment, err.value.offset) == (seg, starts[0])
     assert err.value.reason.startswith("payload does not decode")
+
+
+# --- payloads that chain but are not batches ---------------------------------------------
+
+OFFS1 = cbor2.dumps(b"\0\0\0\0")
+ROW = ["r.r", None, {}]
+BAD_PAYLOADS = {
+    "3 elements, events no list": (
+        cbor2.dumps([1.0, None, 5]), "payload is not [at, bid, events]"),
+    "4 elements, events no list": (
+        cbor2.dumps([1.0, None, b"\0\0\0\0", 5]),
+        "payload is not [at, batch_id, offsets, events]"),
+    "offsets of another length": (
+        cbor2.dumps([1.0, None, b"\0" * 8, [ROW]]),
+        "payload is not [at, batch_id, offsets, events]"),
+    "5 elements": (
+        cbor2.dumps([1.0, None, b"\0\0\0\0", [ROW], 0]),
+        "payload is not [at, batch_id, offsets, events]"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PAYLOADS))
+def test_a_payload_of_another_shape_is_refused_in_words(tmp_path: Path, case: str) -> None:
+    """Read through the index from inside a big segment (the frame's offset is the
+    file's, not the read's): the refusal's segment, offset and words."""
+    p, why = BAD_PAYLOADS[case]
+    d, seg, starts = with_frames(tmp_path, [(1, p), (1, encode_payload(9.0, None, [ROW]))],
+                                 pad=1500, before=60)
+    with Ledger.open(d, readonly=True) as led, pytest.raises(CorruptLogError) as err:
+        list(led.read(61, 61))
+    assert (err.value.segment, err.value.offset, err.value.reason) == (
+        seg, starts[0], f"payload does not decode: {why}")
+
+
+def test_a_payload_that_is_no_cbor_is_placed_in_its_segment(tmp_path: Path) -> None:
+    d, seg, starts = with_frames(tmp_path, [(1, b"\xff\xff"), (1, encode_payload(9.0, None,
+                                                                              [ROW]))],
+                                 pad=1500, before=60)
+    with Ledger.open(d, readonly=True) as led, pytest.raises(CorruptLogError) as err:
+        list(led.read(61, 61))
+    assert (err.value.segment, err.value.offset) == (seg, starts[0])
+    assert err.value.reason.startswith("payload does not decode: ")
+
+
+def test_a_batch_whose_rows_are_not_events_is_refused_in_words(tmp_path: Path) -> None:
+    """Read as batches: the row's own refusal, at the frame's offset in the file."""
+    rows = [["r.r", None, {}], [1, 2]]
+    p = cbor2.dumps([1.0, None, b"\0" * 8, rows])
+    d, seg, starts = with_frames(tmp_path, [(2, p), (1, encode_payload(9.0, None, [ROW]))],
+                                 pad=1500, before=60)
+    with pytest.raises(ValueError) as want:
+        Batch.of_rows(61, 1.0, None, rows)
+    with Ledger.open(d, readonly=True) as led, pytest.raises(CorruptLogError) as err:
+        list(led.read_batches(61, 61))
+    assert (err.value.segment, err.value.offset, err.value.reason) == (
+        seg, starts[0], str(want.value))
