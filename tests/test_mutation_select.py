@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mutation_select
 import pytest
 from mutation_select import (
     EQUIVALENT,
@@ -136,15 +137,20 @@ def _write_map(root: Path, mutants: Path, lines: dict[int, list[str]]) -> None:
         "lines": {str(k): [tests.index(t) for t in v] for k, v in lines.items()}}))
 
 
-def test_narrow_keeps_the_tests_that_run_the_changed_statement(tmp_path: Path) -> None:
+def test_narrow_keeps_the_tests_that_run_the_changed_statement(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root, mutants = _fake(tmp_path, F_CHANGES, M_CHANGES)
     assert narrow("pkg.mod.x_f__mutmut_1", mutants) is None  # no map yet
     _write_map(root, mutants, {6: ["t::a", "t::b"], 7: ["t::b"], 11: ["t::a"]})
     assert narrow("pkg.mod.x_f__mutmut_1", mutants) == {"t::a", "t::b"}
     assert narrow("pkg.mod.x_f__mutmut_2", mutants) == {"t::b"}
-    # line 9: no test ran it under coverage (or not on a thread coverage follows): the
-    # function-level selection decides
+    # line 9: no test ran it under coverage: none to run (mutmut: "no tests")
+    assert narrow("pkg.mod.x_f__mutmut_3", mutants) == set()
+    # ... unless the file's code also runs on threads coverage does not follow
+    monkeypatch.setattr(mutation_select, "UNFOLLOWED_THREADS", frozenset({"pkg/mod.py"}))
     assert narrow("pkg.mod.x_f__mutmut_3", mutants) is None
+    assert narrow("pkg.mod.x_f__mutmut_2", mutants) == {"t::b"}
+    monkeypatch.undo()
     assert narrow("pkg.mod.x_f__mutmut_4", mutants) is None  # the signature
     assert narrow("pkg.mod.x_f__mutmut_5", mutants) == {"t::a"}
     assert narrow("pkg.mod.x_f__mutmut_99", mutants) is None  # unknown mutant
