@@ -261,3 +261,13 @@ def test_a_batch_whose_rows_are_not_events_is_refused_in_words(tmp_path: Path) -
         list(led.read_batches(61, 61))
     assert (err.value.segment, err.value.offset, err.value.reason) == (
         seg, starts[0], str(want.value))
+
+
+def test_an_event_row_of_another_shape_is_refused_in_words(tmp_path: Path) -> None:
+    p = cbor2.dumps([1.0, None, b"\0\0\0\0", [[1, 2]]])
+    d, seg, starts = with_frames(tmp_path, [(1, p), (1, encode_payload(9.0, None, [ROW]))],
+                                 pad=1500, before=60)
+    with Ledger.open(d, readonly=True) as led, pytest.raises(CorruptLogError) as err:
+        list(led.read(61, 61))
+    assert (err.value.segment, err.value.offset, err.value.reason) == (
+        seg, starts[0], "event is not [kind, key, data]")
