@@ -195,21 +195,29 @@ def test_after_a_walk_again_a_look_checks_the_last_frame(tmp_path: Path, looks: 
         assert looks.preads[:2] == last_frame_reads(r, r._tip.end - before)
 
 
+def damage_frame_2(tmp_path: Path, w: Ledger, r: Ledger) -> tuple[Path, int, bytes]:
+    """``w`` appends frame 1, ``r`` adopts it, ``w`` appends frames 2 and 3, and a
+    payload byte of frame 2 is flipped: (the segment, where frame 2 starts, its bytes
+    before the damage)."""
+    w.append([ev(1)])
+    assert r.head == 1
+    end = r._tip.end
+    w.append([ev(2)])
+    w.append([ev(3)])
+    seg = tmp_path / segment_name(1)
+    good = seg.read_bytes()
+    bad = bytearray(good)
+    bad[end + FRAME_HEADER_SIZE + 5] ^= 0xFF
+    seg.write_bytes(bytes(bad))
+    return seg, end, good
+
+
 def test_a_handle_that_met_damage_stays_closed(tmp_path: Path) -> None:
     """Corruption a look met is remembered: the handle fails closed, even once the bytes
     read well again (fixed by hand, or a flaky disk)."""
     with Ledger.open(tmp_path, sync="none") as w, \
             Ledger.open(tmp_path, readonly=True) as r:
-        w.append([ev(1)])
-        assert r.head == 1
-        end = r._tip.end
-        w.append([ev(2)])
-        w.append([ev(3)])
-        seg = tmp_path / segment_name(1)
-        good = seg.read_bytes()
-        bad = bytearray(good)
-        bad[end + FRAME_HEADER_SIZE + 5] ^= 0xFF
-        seg.write_bytes(bytes(bad))
+        seg, _end, good = damage_frame_2(tmp_path, w, r)
         with pytest.raises(CorruptLogError):
             _ = r.head
         seg.write_bytes(good)
@@ -319,17 +327,7 @@ def test_damage_in_new_frames_is_reported_at_its_place_in_the_segment(tmp_path: 
     """Bad bytes in a frame past the follower's end, a good frame after them."""
     with Ledger.open(tmp_path, sync="none") as w, \
             Ledger.open(tmp_path, readonly=True) as r:
-        w.append([ev(1)])
-        assert r.head == 1
-        end = r._tip.end
-        w.append([ev(2)])
-        w.append([ev(3)])
-        seg = tmp_path / segment_name(1)
-        with open(seg, "r+b") as f:
-            f.seek(end + FRAME_HEADER_SIZE + 5)  # a payload byte of frame 2
-            b = f.read(1)
-            f.seek(-1, os.SEEK_CUR)
-            f.write(bytes([b[0] ^ 0xFF]))
+        seg, end, _good = damage_frame_2(tmp_path, w, r)
         with pytest.raises(CorruptLogError) as err:
             _ = r.head
     assert (err.value.segment, err.value.offset) == (seg, end)
