@@ -149,18 +149,19 @@ def test_an_io_error_in_the_segment_moved_into(two: tuple[Ledger, Ledger, int],
     assert str(err.value) == f"cannot read {seg}: {os.strerror(errno.EIO)}"
 
 
-def spy_on_reloads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every ``Tip.reload`` from now on (the head it was called at): a handle that reads
-    its whole generation again where following would do."""
-    reloads: list[int] = []
-    real = tip_mod.Tip.reload
+def spy_on_tip(monkeypatch: pytest.MonkeyPatch, method: str) -> list[int]:
+    """Every call of ``Tip.<method>`` from now on (the head it was called at): a reload
+    reads the whole generation again where following would do, a rescan walks the
+    segment again, a generation check costs two stats."""
+    calls: list[int] = []
+    real = getattr(tip_mod.Tip, method)
 
     def spy(self: tip_mod.Tip) -> None:
-        reloads.append(self.head)
+        calls.append(self.head)
         real(self)
 
-    monkeypatch.setattr(tip_mod.Tip, "reload", spy)
-    return reloads
+    monkeypatch.setattr(tip_mod.Tip, method, spy)
+    return calls
 
 
 def test_a_roll_inside_a_compacted_generation_is_followed_without_a_reload(
@@ -177,7 +178,7 @@ def test_a_roll_inside_a_compacted_generation_is_followed_without_a_reload(
             a.append([ev(a.head + 1)])
         b = open_log(tmp_path)
         try:
-            reloads = spy_on_reloads(monkeypatch)
+            reloads = spy_on_tip(monkeypatch, "reload")
             a.append([ev(a.head + 1)])  # rolls into a second segment of the generation
             assert len(list(tmp_path.glob("*.seg"))) == 2
             assert b.head == a.head and b.base == gen
@@ -199,7 +200,7 @@ def test_a_compaction_at_the_head_is_followed_without_a_reload(
         for i in range(1, 4):
             a.append([ev(i)])
         assert b.head == 3
-        reloads = spy_on_reloads(monkeypatch)
+        reloads = spy_on_tip(monkeypatch, "reload")
         gen = a.start_generation(3, {}, [], at=1.0).base
         # b meets the seal compaction left after its last frame, and looks
         assert (b.head, b.base) == (a.head, gen) and reloads == []
@@ -235,14 +236,7 @@ def test_a_look_at_an_unchanged_head_walks_nothing_again(
     frame still ends where it did (footer and digest, read in place); only a frame that
     is gone makes it walk its segment again (``Tip._rescan``)."""
     d = tmp_path / "log"
-    rescans: list[int] = []
-    real = tip_mod.Tip._rescan
-
-    def counted(self: tip_mod.Tip) -> None:
-        rescans.append(self.head)
-        real(self)
-
-    monkeypatch.setattr(tip_mod.Tip, "_rescan", counted)
+    rescans = spy_on_tip(monkeypatch, "_rescan")
     with Ledger.open(d) as writer, Ledger.open(d, readonly=True) as reader:
         for i in range(4):
             writer.append([Event("a.a", None, {"i": i, "pad": "x" * (100 * i)})])
@@ -262,14 +256,7 @@ def test_a_writer_looks_for_a_new_generation_once_until_the_lock_file_says_anoth
     generation (two stats) when the field moved since it last looked, not at every
     append (the timed check is turned off here)."""
     monkeypatch.setattr(tip_mod, "GEN_CHECK_INTERVAL", 1e9)
-    looks: list[int] = []
-    real = tip_mod.Tip.check_generation
-
-    def counted(self: tip_mod.Tip) -> None:
-        looks.append(self.head)
-        real(self)
-
-    monkeypatch.setattr(tip_mod.Tip, "check_generation", counted)
+    looks = spy_on_tip(monkeypatch, "check_generation")
     with Ledger.open(tmp_path / "log") as led:
         for i in range(6):
             led.append([Event("a.a", None, {"i": i})])
@@ -291,7 +278,7 @@ def test_a_new_generation_at_the_head_that_does_not_chain_is_read_afresh(
         other = bytes(range(32))
         (tmp_path / segment_name(4)).write_bytes(
             encode_segment_header(4, other, ROLL, generation_start=True))
-        reloads = spy_on_reloads(monkeypatch)
+        reloads = spy_on_tip(monkeypatch, "reload")
         assert (b.head, b.base, b.head_digest) == (3, 4, other)
         assert reloads == [3]
     finally:
