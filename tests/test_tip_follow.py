@@ -329,3 +329,25 @@ def test_an_unsound_first_segment_is_refused_by_opening_and_by_following(
         with open_log(d) as opened:
             _ = opened.head
     assert (err.value.segment, err.value.offset, err.value.reason) == (d / first, 0, words)
+
+
+def test_a_handle_opened_on_an_empty_log_follows_a_generation_at_seq_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It saw no segment when it opened (so no generation either: its generation starts
+    at seq 1); a compaction after the first event starts one at seq 2, which it must
+    take for a newer one and follow."""
+    b = open_log(tmp_path)
+    a = open_log(tmp_path)
+    try:
+        assert b.head == 0
+        a.append([ev(1)])
+        assert b.head == 1
+        reloads = spy_on_tip(monkeypatch, "reload")
+        gen = a.start_generation(1, {}, [], at=1.0).base
+        assert gen == 2
+        a.append([ev(2)])
+        assert (b.head, b.base) == (a.head, gen) and reloads == []
+        assert [e.data["i"] for e in b.read(a.head)] == [2]
+    finally:
+        a.close()
+        b.close()
