@@ -25,6 +25,7 @@ from eventstore import (
     ImportRefusedError,
     InvalidEventError,
     Ledger,
+    LedgerClosedError,
     LedgerError,
     LedgerIOError,
     LockTimeout,
@@ -1145,3 +1146,15 @@ def test_a_retried_batch_id_returns_the_first_receipt_with_its_id(tmp_path: Path
         assert (again.first_seq, again.last_seq, again.at) == (
             first.first_seq, first.last_seq, first.at)
         assert led.head == 4
+
+
+def test_a_handle_keeps_the_settings_it_was_opened_with_and_says_when_it_is_closed(
+        tmp_path: Path) -> None:
+    led = Ledger.open(tmp_path / "log", sync="batch", segment_bytes=8192, lock_timeout=1.5,
+                      batch_window=7, sync_interval=2.5)
+    assert (led.sync, led.segment_bytes, led.lock_timeout, led.batch_window,
+            led.sync_interval, led.readonly) == ("batch", 8192, 1.5, 7, 2.5, False)
+    led.close()
+    with pytest.raises(LedgerClosedError) as err:
+        _ = led.head
+    assert str(err.value) == "ledger is closed"
