@@ -296,28 +296,20 @@ def failing_when(monkeypatch: pytest.MonkeyPatch, module: object, name: str,
     monkeypatch.setattr(module, name, fail)
 
 
-def test_a_failed_stat_in_a_look_names_the_segment(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with Ledger.open(tmp_path, sync="none") as w, \
-            Ledger.open(tmp_path, readonly=True) as r:
-        w.append([ev(1)])
-        assert r.head == 1
-        w.append([ev(2)])
-        failing_when(monkeypatch, os, "fstat", is_segment)
-        with pytest.raises(LedgerIOError) as err:
-            _ = r.head
-    assert str(err.value) == f"cannot read {tmp_path / segment_name(1)}: {EIO}"
-
-
-def test_a_failed_read_of_new_frames_names_the_segment(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("what", ["the stat", "the read of new frames"])
+def test_a_failed_stat_or_read_in_a_look_names_the_segment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str) -> None:
     with Ledger.open(tmp_path, sync="none") as w, \
             Ledger.open(tmp_path, readonly=True) as r:
         w.append([ev(1)])
         assert r.head == 1
         end = r._tip.end
         w.append([ev(2)])
-        failing_when(monkeypatch, tip_mod, "pread_all", lambda fd, n, off: off == end and n > 4)
+        if what == "the stat":
+            failing_when(monkeypatch, os, "fstat", is_segment)
+        else:
+            failing_when(monkeypatch, tip_mod, "pread_all",
+                         lambda fd, n, off: off == end and n > 4)
         with pytest.raises(LedgerIOError) as err:
             _ = r.head
     assert str(err.value) == f"cannot read {tmp_path / segment_name(1)}: {EIO}"
