@@ -234,7 +234,7 @@ class Reader:
                             # (drop_index(None): an equivalent mutant, only slower: a
                             # stale index is found stale again at each read)
                             self.drop_index(path)
-                            use_index = False
+                            use_index = False  # (None: an equivalent mutant, as false)
                             continue
                         if j < n_segs - 1 and not (
                             j == n_segs - 2 and last_segment_is_torn(segs[-1][1])

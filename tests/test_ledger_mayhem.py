@@ -570,6 +570,34 @@ def test_torn_final_frame_ignored_by_readers_cut_only_by_a_writer(
     assert [e.data["i"] for e in all_events(log)] == list(range(keep + 1))
 
 
+@pytest.mark.parametrize("new_segment", [b"", b"\0" * 64 + b"\0" * 100, None],
+                         ids=["empty", "zeros", "sound"])
+def test_a_torn_tail_before_a_torn_new_segment_ends_the_log(
+        tmp_path: Path, new_segment: bytes | None) -> None:
+    """A writer that died just after creating its next segment (the new file empty or
+    all zeros) may leave the segment before it with a torn last frame: that segment
+    is the log's end, so the read ends at its last whole frame. The same bytes
+    before a sound segment are damage in the middle of the log."""
+    log = tmp_path / "log"
+    with Ledger.open(log, segment_bytes=4096) as led:
+        for i in range(80):
+            led.append([ev(i, pad=100)])
+    segs = sorted(log.glob("*.seg"))[:3]
+    for extra in sorted(log.glob("*.seg"))[3:]:
+        extra.unlink()
+    last = frames_of(segs[1])[-1]
+    segs[1].write_bytes(segs[1].read_bytes()[: last.end - 1])
+    if new_segment is not None:
+        segs[2].write_bytes(new_segment)
+    with Ledger.open(log, readonly=True) as ro:
+        if new_segment is None:
+            with pytest.raises(CorruptLogError) as err:
+                list(ro.read())
+            assert (err.value.segment, err.value.offset) == (segs[1], last.offset)
+        else:
+            assert [e.seq for e in ro.read()] == list(range(1, last.first_seq))
+
+
 # --- (d2) preallocated zeros past the last frame (format.md §7) -------------------------------
 
 

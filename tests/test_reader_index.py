@@ -21,7 +21,12 @@ import pytest
 from eventstore import CorruptLogError, Event, GenerationChangedError, Ledger, LedgerIOError
 from eventstore import reader as reader_mod
 from eventstore import segments as segments_mod
-from eventstore.frame import SEGMENT_HEADER_SIZE, encode_segment_header
+from eventstore.frame import (
+    SEGMENT_HEADER_SIZE,
+    decode_segment_header,
+    encode_segment_header,
+    walk_frames,
+)
 from eventstore.segments import INDEX_STEP, list_segments, segment_name
 
 
@@ -343,3 +348,62 @@ def test_a_segment_whose_header_does_not_continue_the_one_before_is_named(
         seqs(led, 1, None)
     assert (err.value.segment, err.value.offset, err.value.reason) == (
         segs[1], 0, "segment does not continue the one before it")
+
+
+def frame_offsets(seg: Path) -> list[tuple[int, int]]:
+    """``(first seq, offset)`` of every frame of ``seg``."""
+    data = seg.read_bytes()
+    hdr = decode_segment_header(data)
+    return [(first, off) for off, _e, first, _c, _d, _p0, _p1 in
+            walk_frames(data, SEGMENT_HEADER_SIZE, hdr.prev_digest, hdr.base_seq)]
+
+
+@pytest.mark.parametrize("which", [0, -1], ids=["sealed", "last"])
+def test_a_bad_frame_past_the_index_is_named_at_its_byte(tmp_path: Path, which: int) -> None:
+    """A frame header that does not check out ends the index there; a read through
+    the index (starting well inside the segment) meets it at that byte of the file,
+    as a read of the whole log does, with the same words: in a sealed segment, and
+    in the last one with whole frames after it (damage, not a torn tail)."""
+    d = written(tmp_path, 300, 64 * 1024)
+    segs = [p for _b, p in list_segments(d)]
+    assert len(segs) == 2
+    frames = frame_offsets(segs[which])
+    start_seq, start_off = frames[-20]
+    bad_seq, bad_off = frames[-5]
+    assert start_off > INDEX_STEP + SEGMENT_HEADER_SIZE  # an entry past byte 64 serves it
+    with open(segs[which], "r+b") as f:
+        f.seek(bad_off + 5)
+        b = f.read(1)
+        f.seek(bad_off + 5)
+        f.write(bytes([b[0] ^ 0xFF]))  # inside the frame's header: its crc fails
+    errs = []
+    for a in (1, start_seq):  # the whole log; through an index (a handle that met
+        with Ledger.open(d, readonly=True) as led:  # damage refuses every later read)
+            with pytest.raises(CorruptLogError) as err:
+                seqs(led, a, None)
+            errs.append((err.value.segment, err.value.offset, err.value.reason))
+            if a > 1:  # damage past its end does not make the index stale: it is kept
+                assert led._reader._indexes[segs[which]].end == bad_off
+    assert errs[0][:2] == (segs[which], bad_off) and errs[0][2]
+    assert errs[1] == errs[0]
+
+
+def test_a_stale_index_is_dropped_and_the_segment_walked_afresh(tmp_path: Path) -> None:
+    """The segment was rewritten in place (the same file, no shorter) with frames at
+    other offsets: the index's promise fails, so the read walks the whole segment,
+    reads the new frames, and the next read builds a new index."""
+    d = written(tmp_path / "a", 300, 1 << 20)
+    other = written(tmp_path / "b", 300, 1 << 20, pad=301)
+    (seg,) = [p for _b, p in list_segments(d)]
+    (seg_b,) = [p for _b, p in list_segments(other)]
+    with Ledger.open(d, readonly=True) as led:
+        assert seqs(led, 150, 151) == [150, 151]
+        old = led._reader._indexes[seg]
+        with open(seg, "r+b") as f:
+            f.write(seg_b.read_bytes())
+        got = list(led.read(200, None))
+        assert [(e.seq, e.data["pad"]) for e in got] == [
+            (i + 1, "x" * 301) for i in range(199, 300)]
+        assert seg not in led._reader._indexes
+        assert seqs(led, 250, 251) == [250, 251]
+        assert led._reader._indexes[seg] is not old
