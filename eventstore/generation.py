@@ -266,7 +266,7 @@ def seal_segment(fd: int, offset: int, base: int) -> None:
     the old generation meet it as a torn tail and look for the new one. Best effort (a
     handle also looks on its own, at most ``GEN_CHECK_INTERVAL`` later); never synced:
     only live processes need it."""
-    if fd < 0:  # (<= 0: an equivalent mutant while stdin holds descriptor 0)
+    if fd < 0:
         return
     try:
         _osio.write_all(fd, SEAL_MAGIC + base.to_bytes(8, "little"), offset)

@@ -526,7 +526,7 @@ class Ledger:
                     )
                     seal_segment(seal_fd, len(contents[-1][1]), base)
                 finally:
-                    if seal_fd >= 0:  # (> 0: an equivalent mutant while stdin holds 0)
+                    if seal_fd >= 0:
                         os.close(seal_fd)
                 removed = remove_older(self.log_dir, written.base)
                 self._tip.fault = None
@@ -674,9 +674,7 @@ class Ledger:
                 self._writer.trim_on_close(self._lock)
             finally:
                 self._closed = True
-                if self._tip.fd >= 0:
-                    os.close(self._tip.fd)
-                    self._tip.fd, self._tip.fd_writable = -1, False
+                self._tip.drop_fd()
                 if self._lock is not None:
                     self._lock.close()
                 self._reader.clear()

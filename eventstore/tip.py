@@ -170,6 +170,13 @@ class Tip:
         """Leave the active segment's fd (the writer syncs what it left there first)."""
         if self.fd >= 0:
             self.on_leave()
+            self.drop_fd()
+
+    def drop_fd(self) -> None:
+        """Close the active segment's fd, no sync: the handle is closing, and synced
+        what it must already. (-2 or True below: equivalent mutants, any negative fd
+        means none, and ``fd_writable`` is read only beside an fd.)"""
+        if self.fd >= 0:  # (descriptor 0 too: a process without stdin gets it)
             os.close(self.fd)
             self.fd, self.fd_writable = -1, False
 
@@ -183,7 +190,6 @@ class Tip:
 
     def active_fd(self, write: bool = False) -> int:
         """The descriptor on the active segment (read-only until a write needs it)."""
-        # (> 0 or >= 1 here and below: equivalent mutants, stdin holds descriptor 0)
         if self.fd >= 0 and (self.fd_writable or not write):
             return self.fd
         assert self.path is not None

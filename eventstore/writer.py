@@ -136,7 +136,6 @@ class SegmentWriter:
                 finally:
                     os.close(fd)
             self._left_unsynced.clear()
-            # (fd > 0 or >= 1, equivalent mutants: stdin holds descriptor 0)
             if self.tip.fd >= 0 and self._unsynced:
                 _osio.fdatasync(self.tip.fd)
         except OSError as e:
@@ -160,8 +159,7 @@ class SegmentWriter:
         for :meth:`flush`.
         """
         tip = self.tip
-        # (fd <= 0 or < 1: equivalent mutants, stdin holds descriptor 0; and below, None
-        # for False: as false)
+        # (below, None for False: an equivalent mutant, as false)
         if not self._unsynced or tip.fd < 0 or self.poisoned:
             return
         if self.sync == "none":
