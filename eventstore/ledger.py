@@ -108,8 +108,10 @@ class Ledger:
         self.clock = clock
         self._mutex = threading.RLock()  # guards everything below but the reader
         self._lock: WriterLock | None = None
-        self._closed = False
+        self._closed = False  # (None: an equivalent mutant, as false)
         self._window = BatchWindow(log_dir, batch_window)
+        # (roll_at None: an equivalent mutant, it is read only beside a segment, and
+        # the tip takes a segment's roll size with the segment)
         self._tip = Tip(log_dir, self._window, segment_bytes)
         self._reader = Reader(log_dir)
         self._points = PointReader(log_dir)
@@ -122,7 +124,9 @@ class Ledger:
             forget_segment=self._reader.drop_index,
         )
         self._tip.on_new_generation = self._forget_generation
-        self._lock_gen: int | None = None  # the lock file's generation field last seen
+        # the lock file's generation field last seen ("": an equivalent mutant, one more
+        # generation check at the first append)
+        self._lock_gen: int | None = None
 
     # --- opening ------------------------------------------------------------------
 

@@ -41,8 +41,8 @@ def make_dirs(path: Path, *, sync: bool = False) -> bool:
     p = path
     while not os.path.isdir(p):
         missing.append(p)
-        if p.parent == p:
-            break
+        if p.parent == p:  # "/" or ".", which are directories: never reached, so
+            break  # return for break is an equivalent mutant
         p = p.parent
     for d in reversed(missing):
         try:

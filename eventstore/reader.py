@@ -231,8 +231,6 @@ class Reader:
                         if at_off < indexed_end:
                             # the index said a valid frame is here: stale (a frame it saw was
                             # cut and rewritten) or real damage; the whole segment decides
-                            # (drop_index(None): an equivalent mutant, only slower: a
-                            # stale index is found stale again at each read)
                             self.drop_index(path)
                             use_index = False  # (None: an equivalent mutant, as false)
                             continue

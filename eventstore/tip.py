@@ -162,7 +162,7 @@ class Tip:
         self.base, self.path, self.roll_at = base, path, roll_bytes
         # a version 1 segment is never preallocated, so older readers never meet zeros
         self.may_preallocate = version >= PREALLOC_VERSION
-        self.alloc_hint = 0
+        self.alloc_hint = 0  # (1: an equivalent mutant, every frame ends past byte 64)
         self.end, self.torn = SEGMENT_HEADER_SIZE, None
         self.checked = True  # new, or about to be walked in full by the caller
 

@@ -26,6 +26,8 @@ class BatchWindow:
         self.log_dir = log_dir
         self.size = size
         self._batches: dict[str, tuple[int, Receipt]] | None = None  # None: not built yet
+        # the two below are read only once the first lookup has built all three (other
+        # values here: equivalent mutants)
         self._frames: deque[tuple[int, str]] = deque()  # (frame number, id), oldest first
         self._nframes = 0
 

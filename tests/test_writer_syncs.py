@@ -193,6 +193,35 @@ def test_the_sweep_removes_only_segment_temp_files_and_names_them(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == [segment_name(1), other]
 
 
+def test_a_poisoned_handle_cuts_nothing_when_it_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Close trims the zeros a durable writer preallocated, unless the handle is
+    poisoned: a cut is a write, and a poisoned handle writes nothing more (the next
+    writer to open the log writes over them)."""
+    d = tmp_path / "log"
+    a = Ledger.open(d)
+    try:
+        a.append([ev(0)])
+        a.append([ev(1)])  # from the second append on, zeros ahead of the frames
+        (seg,) = d.glob("*.seg")
+        size = seg.stat().st_size
+        with monkeypatch.context() as m:
+            m.setattr(_osio, "pwrite", oserror(errno.EIO))
+            m.setattr(_osio, "ftruncate", oserror(errno.EIO))
+            with pytest.raises(LedgerIOError):
+                a.append([ev(2)])
+        assert a._writer.poisoned and a._writer._preallocated
+    finally:
+        a.close()
+    assert seg.stat().st_size == size
+    with Ledger.open(d) as b:  # the next writer writes over the zeros
+        b.append([ev(2)])
+        b.append([ev(3)])
+    with Ledger.open(d, readonly=True) as ro:
+        assert [e.data["i"] for e in ro.read()] == [0, 1, 2, 3]
+
+
 def test_a_poisoned_handle_syncs_nothing_when_it_leaves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, datasyncs: list[int]
 ) -> None:
