@@ -66,6 +66,11 @@ class Tip:
     """The active segment as this handle last saw it, and the fd it holds on it."""
 
     def __init__(self, log_dir: Path, window: BatchWindow, roll_at: int) -> None:
+        # Placeholders, and their mutants equivalent: until the tip has a segment
+        # (``path`` None) nothing reads base, roll_at, end, fd_writable, checked,
+        # end_stable, may_preallocate or alloc_hint, and set_active sets them all with
+        # the segment; load() sets gen_base; the handle sets on_leave and
+        # on_new_generation just after this; torn_seg "" costs one failed open("").
         self.log_dir = log_dir
         self.window = window
         #: Called before the handle leaves the active segment (the writer syncs it).
