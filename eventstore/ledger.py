@@ -162,8 +162,9 @@ class Ledger:
         else:
             try:
                 private.make_dirs(path)
-            except OSError as e:
-                raise LedgerIOError(f"cannot create {path}: {e.strerror}") from e
+            except OSError as e:  # name the parent that failed, when it was one
+                where = f"{e.filename}: " if e.filename and Path(e.filename) != path else ""
+                raise LedgerIOError(f"cannot create {path}: {where}{e.strerror}") from e
             private.check_owner(path)
         led = cls(
             path,
