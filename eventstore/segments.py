@@ -148,7 +148,10 @@ PREALLOC_BYTES = 256 * 1024
 def data_end(fd: int, size: int) -> int:
     """Where a segment's content ends: ``size`` without the trailing zeros writers
     preallocate (never below the 64-byte header). Reads backwards, in growing
-    chunks, only as far as the zeros go. Raises ``OSError``."""
+    chunks, only as far as the zeros go. Raises ``OSError``.
+
+    (Other chunk sizes, and a read past ``hi``, which finds zeros already seen or the
+    end of the file: equivalent mutants, the same answer.)"""
     hi, want = size, 4096
     while hi > SEGMENT_HEADER_SIZE:
         lo = max(SEGMENT_HEADER_SIZE, hi - want)

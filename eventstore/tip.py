@@ -119,7 +119,8 @@ class Tip:
             if segs and not self._load_active(*segs[-1], may_be_torn=True,
                                               first=len(segs) == 1):
                 self.torn_seg = segs[-1][1]  # a torn new segment: the one before is the last
-                if len(segs) > 1:
+                if len(segs) > 1:  # (may_be_torn True or None: equivalent mutants,
+                    # its header was read whole in the loop above)
                     self._load_active(*segs[-2], may_be_torn=False)
         except LedgerError as e:
             if isinstance(e, LedgerIOError):

@@ -58,6 +58,8 @@ class SegmentWriter:
         self.segment_bytes = segment_bytes
         self.clock = clock
         self.forget_segment = forget_segment  # a segment moved to quarantine/ (reads' index)
+        # (the flags below are read as true or false: "" or None for their initial
+        # None or False are equivalent mutants)
         #: Why this handle refuses to append (an fsync or an undo failed), if it does.
         self.poisoned: str | None = None
         self._swept = False

@@ -16,6 +16,7 @@ import cbor2
 import pytest
 
 from eventstore import CorruptLogError, LedgerIOError, _osio, private
+from eventstore import segments as segments_mod
 from eventstore.frame import (
     FOOTER_SIZE,
     FRAME_HEADER_SIZE,
@@ -34,7 +35,7 @@ from eventstore.frame import (
     parse_frame_head,
     segment_header_is_torn,
 )
-from eventstore.segments import Tail, fast_tail, scan_tail
+from eventstore.segments import Tail, fast_tail, read_header, scan_tail
 
 
 @pytest.mark.parametrize("n", [0, 23, 24, 255, 256, 65535, 65536, 70000])
@@ -191,3 +192,32 @@ def test_a_frame_head_is_usable_only_with_its_magic_a_count_and_its_crc() -> Non
     assert parse_frame_head(bytes(fields), 0) is None
     fields[12:16] = (2).to_bytes(4, "little")
     assert parse_frame_head(bytes(fields), 0) is None  # the crc is count 0's now
+
+
+def test_a_header_read_from_its_file_reads_64_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a log reads the header of every segment before the last from its file:
+    64 bytes each, not the segment (a log of many full segments opens in time)."""
+    path = tmp_path / "00000000000000000001.seg"
+    path.write_bytes(encode_segment_header(1, GENESIS_DIGEST, 1 << 20) + bytes(1 << 16))
+    reads: list[object] = []
+    real_open = open
+
+    class Spy:
+        def __init__(self, *a: object) -> None:
+            self.f = real_open(*a)  # type: ignore[call-overload]
+
+        def __enter__(self) -> Spy:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()
+
+        def read(self, n: object = -1) -> bytes:
+            reads.append(n)
+            return self.f.read(n)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(segments_mod, "open", Spy, raising=False)
+    assert read_header(path).base_seq == 1
+    assert reads == [SEGMENT_HEADER_SIZE]
+

@@ -850,8 +850,9 @@ class TestFileSegments(FileLog):
             for op in ops:
                 with pytest.raises(UnsupportedFormatError) as info:
                     op(led)
-                msg = str(info.value)
-                assert seg.name in msg and f"version {MAX_READ_VERSION + 1}" in msg
+                assert str(info.value) == (
+                    f"{seg.name}: log format version {MAX_READ_VERSION + 1} is newer than "
+                    f"this ctxledger understands (<= {MAX_READ_VERSION}); upgrade ctxledger")
             rep = led.verify()
             assert not rep.ok and rep.problems[0].segment == seg.name
             led.close()

@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 from collections.abc import Callable
@@ -596,6 +597,36 @@ def test_a_torn_tail_before_a_torn_new_segment_ends_the_log(
             assert (err.value.segment, err.value.offset) == (segs[1], last.offset)
         else:
             assert [e.seq for e in ro.read()] == list(range(1, last.first_seq))
+
+
+def test_a_torn_new_segment_after_the_first_leaves_the_first_the_last(tmp_path: Path) -> None:
+    """Two segments, the second a torn new one: a handle opens on the first (its head,
+    its frames), and its first append sets the torn one aside and rolls anew. Were
+    the segment before a torn one torn too, that is damage: the handle fails closed."""
+    log = tmp_path / "log"
+    with Ledger.open(log, segment_bytes=4096) as led:
+        while len(list(log.glob("*.seg"))) < 2:
+            led.append([ev(led.head, pad=100)])
+    first, second = sorted(log.glob("*.seg"))
+    keep = frames_of(first)[-1].first_seq + frames_of(first)[-1].count - 1
+    second.write_bytes(bytes(100))
+    with Ledger.open(log, readonly=True) as ro:
+        assert ro._tip.path == first  # taken at the open, not left to the first look
+        assert ro.head == keep and [e.seq for e in ro.read()] == list(range(1, keep + 1))
+    with Ledger.open(log, segment_bytes=4096) as led:
+        assert led.append([ev(keep, pad=100)]).first_seq == keep + 1
+    assert [e.data["i"] for e in all_events(log)] == list(range(keep + 1))
+    # both torn: the one before the last may not be a torn new segment
+    log2 = tmp_path / "log2"
+    shutil.copytree(log, log2)
+    segs = sorted(log2.glob("*.seg"))
+    segs[-2].write_bytes(bytes(100))
+    segs[-1].write_bytes(bytes(100))
+    with Ledger.open(log2, readonly=True) as ro:
+        assert isinstance(ro._tip.fault, CorruptLogError)  # found at the open
+        with pytest.raises(CorruptLogError) as err:
+            _ = ro.head
+    assert err.value.segment == segs[-2]
 
 
 # --- (d2) preallocated zeros past the last frame (format.md §7) -------------------------------

@@ -193,6 +193,28 @@ def test_the_sweep_removes_only_segment_temp_files_and_names_them(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == [segment_name(1), other]
 
 
+@pytest.mark.parametrize("sync", ["always", "batch", "none"])
+def test_a_handle_that_never_appended_syncs_nothing(
+    tmp_path: Path, datasyncs: list[int], sync: Any
+) -> None:
+    """Looking, following another writer into a new segment, flushing and closing:
+    nothing this handle wrote, so nothing to sync."""
+    d = tmp_path / "log"
+    with Ledger.open(d, segment_bytes=4096) as w:
+        w.append([ev(0)])
+    with Ledger.open(d, sync=sync, segment_bytes=4096) as a:
+        assert a.head == 1
+        with Ledger.open(d, sync="none", segment_bytes=4096) as b:
+            while segments(d) < 2:
+                b.append([ev(b.head)])
+            datasyncs.clear()
+            assert a.head == b.head  # a moved into the new segment
+            a.flush()
+            assert datasyncs == []
+        datasyncs.clear()  # (b's close syncs what b wrote)
+    assert datasyncs == []
+
+
 def test_a_poisoned_handle_cuts_nothing_when_it_closes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
