@@ -538,7 +538,9 @@ def walk_frames(
             break
         p0, p1 = off + FRAME_HEADER_SIZE, end - FOOTER_SIZE
         if verify:
-            if n < 4096:  # one call on a small copy beats three on views
+            # one call on a small copy beats three on views (another bound: equivalent
+            # mutants, the same digest)
+            if n < 4096:
                 h = b3(digest + buf[off + 8 : off + 24] + buf[p0:p1])
             else:
                 h = b3(digest)
@@ -600,7 +602,9 @@ def content_end(buf: bytes, start: int) -> int:
     hi = len(buf)
     while hi > start:
         lo = max(start, hi - 4096)
-        if buf[lo:hi] != _ZERO_BLOCK[: hi - lo]:  # memcmp per block, not a byte loop
+        # a memcmp per block, not a byte loop (a longer zero block, `hi + lo`: an
+        # equivalent mutant, the rstrip below finds the same end of an all-zero block)
+        if buf[lo:hi] != _ZERO_BLOCK[: hi - lo]:
             return lo + len(buf[lo:hi].rstrip(b"\0"))
         hi = lo
     return min(len(buf), start)

@@ -70,6 +70,8 @@ class PointReader:
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
+        # (None for the lists or for False: equivalent mutants, an empty list is listed
+        # afresh before use, both lists together, and _closed is read as true or false)
         self._segs: list[tuple[int, Path]] = []
         self._bases: list[int] = []
         self._closed = False

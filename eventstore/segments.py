@@ -87,7 +87,7 @@ def starts_generation(path: Path, ino: int) -> bool:
             hdr = decode_segment_header(f.read(SEGMENT_HEADER_SIZE))
     except (OSError, SegmentHeaderError):
         return False
-    if len(_GEN_FLAGS) > 1 << 16:
+    if len(_GEN_FLAGS) > 1 << 16:  # (another bound: equivalent mutants, a cache's size)
         _GEN_FLAGS.clear()
     _GEN_FLAGS[key] = hdr.generation_start
     return hdr.generation_start

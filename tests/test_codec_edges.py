@@ -26,6 +26,7 @@ from eventstore.frame import (
     MAX_PAYLOAD,
     SEGMENT_HEADER,
     SEGMENT_HEADER_SIZE,
+    FrameError,
     _array_head,
     encode_frame,
     encode_payload,
@@ -34,8 +35,16 @@ from eventstore.frame import (
     header_roll_kib,
     parse_frame_head,
     segment_header_is_torn,
+    walk_frames,
 )
-from eventstore.segments import Tail, fast_tail, read_header, scan_tail
+from eventstore.segments import (
+    Tail,
+    fast_tail,
+    pread_all,
+    read_header,
+    scan_tail,
+    starts_generation,
+)
 
 
 @pytest.mark.parametrize("n", [0, 23, 24, 255, 256, 65535, 65536, 70000])
@@ -194,12 +203,14 @@ def test_a_frame_head_is_usable_only_with_its_magic_a_count_and_its_crc() -> Non
     assert parse_frame_head(bytes(fields), 0) is None  # the crc is count 0's now
 
 
+@pytest.mark.parametrize("what", ["read_header", "starts_generation"])
 def test_a_header_read_from_its_file_reads_64_bytes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Opening a log reads the header of every segment before the last from its file:
-    64 bytes each, not the segment (a log of many full segments opens in time)."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str) -> None:
+    """Opening a log reads the header of every segment before the last from its file,
+    and looks for the newest generation's first one: 64 bytes each, not the segment (a
+    log of many full segments opens in time)."""
     path = tmp_path / "00000000000000000001.seg"
-    path.write_bytes(encode_segment_header(1, GENESIS_DIGEST, 1 << 20) + bytes(1 << 16))
+    path.write_bytes(encode_segment_header(1, GENESIS_DIGEST, 1 << 20, True) + bytes(1 << 16))
     reads: list[object] = []
     real_open = open
 
@@ -218,6 +229,79 @@ def test_a_header_read_from_its_file_reads_64_bytes(
             return self.f.read(n)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(segments_mod, "open", Spy, raising=False)
-    assert read_header(path).base_seq == 1
+    if what == "read_header":
+        assert read_header(path).base_seq == 1
+    else:
+        assert starts_generation(path, path.stat().st_ino)
     assert reads == [SEGMENT_HEADER_SIZE]
 
+
+def test_a_generation_flag_is_remembered_by_path_and_inode(tmp_path: Path) -> None:
+    """Another file under the inode number a removed one had is read afresh: the number
+    alone does not name a header."""
+    gen, plain = tmp_path / "a.seg", tmp_path / "b.seg"
+    gen.write_bytes(encode_segment_header(5, GENESIS_DIGEST, 4096, True))
+    plain.write_bytes(encode_segment_header(5, GENESIS_DIGEST, 4096))
+    ino = gen.stat().st_ino
+    assert starts_generation(gen, ino)
+    assert not starts_generation(plain, ino)  # the same number, another path
+    assert starts_generation(gen, ino)
+
+
+def frame_error(buf: bytes, digest: bytes = GENESIS_DIGEST) -> tuple[int, str, int]:
+    with pytest.raises(FrameError) as err:
+        for _ in walk_frames(buf, 0, digest, 1):
+            pass
+    return err.value.offset, err.value.reason, err.value.next_seq
+
+
+@pytest.mark.parametrize("case", ["header only", "cut", "no events", "wrong seq",
+                                  "other chain", "other chain, big"])
+def test_each_way_a_frame_fails_names_its_offset_reason_and_seq(case: str) -> None:
+    """After two good frames (seqs 1 to 3) the third fails: the walk names its offset,
+    why in words, and the seq it should have started at (4), which the reader's search
+    for a valid frame after it starts from."""
+    f1, d1 = encode_frame(GENESIS_DIGEST, 1, 2, b"\xa1" * 40)
+    f2, d2 = encode_frame(d1, 3, 1, b"\xa2" * 40)
+    good, off = f1 + f2, len(f1) + len(f2)
+    payload = b"\xa3" * (5000 if case.endswith("big") else 40)
+    frame = encode_frame(d2, 4, 1, payload)[0]
+    other = encode_frame(b"\x07" * 32, 4, 1, payload)[0]
+    bad, why = {
+        "header only": (frame[:FRAME_HEADER_SIZE],
+                        f"frame extends {len(frame) - FRAME_HEADER_SIZE} bytes past the end "
+                        "of the segment"),
+        "cut": (frame[:-3], "frame extends 3 bytes past the end of the segment"),
+        "no events": (encode_frame(d2, 4, 0, payload)[0], "frame holds no events"),
+        "wrong seq": (encode_frame(d2, 5, 1, payload)[0], "frame starts at seq 5, expected 4"),
+        "other chain": (other, "checksum mismatch (payload or chain)"),
+        "other chain, big": (other, "checksum mismatch (payload or chain)"),
+    }[case]
+    assert frame_error(good + bad) == (off, why, 4)
+
+
+def test_pread_all_finishes_short_reads_and_stops_at_the_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f"
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    path.write_bytes(data)
+    real = os.pread
+    calls: list[tuple[int, int]] = []
+
+    def short(fd: int, n: int, offset: int) -> bytes:  # at most 1,000 bytes a call
+        calls.append((n, offset))
+        assert len(calls) < 10, "pread_all does not stop"
+        return real(fd, min(n, 1000), offset)
+
+    monkeypatch.setattr(os, "pread", short)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert pread_all(fd, 2500, 100) == data[100:2600]
+        assert calls == [(2500, 100), (1500, 1100), (500, 2100)]
+        calls.clear()
+        assert pread_all(fd, 5000, 9000) == data[9000:]  # the file ends first
+        assert calls == [(5000, 9000), (4000, 10000), (3760, 10240)]
+        calls.clear()
+        assert pread_all(fd, 100, 20000) == b"" and calls == [(100, 20000)]
+    finally:
+        os.close(fd)

@@ -20,7 +20,7 @@ import pytest
 
 from eventstore import Event, GenerationChangedError, Ledger
 from eventstore.generation import ANCHOR_ENTRY, SEAL_MAGIC, read_anchors
-from eventstore.segments import segment_content
+from eventstore.segments import list_generation, list_segments, segment_content
 
 
 def base_two(d: Path) -> Ledger:
@@ -127,3 +127,21 @@ def test_compaction_seals_the_segment_it_replaces(tmp_path: Path) -> None:
             assert os.pread(fd, 12, end) == SEAL_MAGIC + written.base.to_bytes(8, "little")
         finally:
             os.close(fd)
+
+
+def test_a_generation_of_two_segments_is_found_from_its_last(tmp_path: Path) -> None:
+    """The newest generation start is looked for from the last segment back, one by
+    one: a compacted generation that rolled once (two segments) reads from its first,
+    and so does one that rolled twice."""
+    d = tmp_path / "log"
+    with Ledger.open(d, segment_bytes=4096) as led:
+        for i in range(5):
+            led.append([Event("a.a", None, {"i": i})])
+        base = led.start_generation(led.head, {}, [], at=5.0).base
+        for n in (2, 3):
+            while len(list_segments(d)) < n:
+                led.append([Event("a.a", None, {"i": led.head, "pad": "x" * 200})])
+            segs, gen = list_generation(d)
+            assert gen and segs[0][0] == base and len(segs) == n
+            with Ledger.open(d, readonly=True) as ro:
+                assert ro.head == led.head and next(ro.read(base)).seq == base

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from eventstore import Ledger, LedgerIOError
-from eventstore.segments import read_header
+from eventstore.segments import list_all_segments, read_header
 
 
 @pytest.mark.parametrize("settings, words", [
@@ -47,3 +47,11 @@ def test_a_segment_header_that_cannot_be_read_is_named(tmp_path: Path) -> None:
     with pytest.raises(LedgerIOError) as err:
         read_header(path)
     assert str(err.value) == f"cannot read {path}: {os.strerror(errno.ENOENT)}"
+
+
+def test_a_log_directory_that_cannot_be_listed_is_named(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(LedgerIOError) as err:
+        list_all_segments(file)
+    assert str(err.value) == f"cannot list {file}: {os.strerror(errno.ENOTDIR)}"
