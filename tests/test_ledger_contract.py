@@ -1191,3 +1191,7 @@ def test_the_clock_stamps_batches_and_never_runs_backwards(tmp_path: Path) -> No
     with Ledger.open(tmp_path, sync="none", clock=lambda: 5.0) as led:  # reopened: still 2000
         assert led.append([ev(4)]).at == 2000.0
         assert [e.at for e in led.read()] == [1000.0, 1000.0, 2000.0, 2000.0]
+    # an empty log takes its clock's time for the first batch, however early (the
+    # epoch too: nothing came before it)
+    with Ledger.open(tmp_path / "early", sync="none", clock=lambda: 0.25) as led:
+        assert led.append([ev(1)]).at == 0.25
