@@ -53,6 +53,15 @@ SALVAGED = "ledger.salvaged"
 MARKERS = frozenset({COMPACTED, SALVAGED})
 """The kinds a generation may start with."""
 
+
+def is_marker(row: bytes) -> bool:
+    """Is ``row`` (a checked event's stored CBOR ``[kind, key, data]``) a generation
+    marker (``ledger.compacted``/``ledger.salvaged``)? A kind shorter than 24 characters
+    starts at byte 2 (after the array's and the text's one-byte heads), so the bytes
+    there tell most rows apart without decoding them."""
+    return row[2:9] == b"ledger." and cbor2.loads(row)[0] in MARKERS
+
+
 ANCHORS_RE = re.compile(r"(\d{20})\.anchors")
 ANCHOR_ENTRY = struct.Struct("<Q32s")
 """One entry of an anchors file: a frame's last seq (u64 LE) and its chain digest."""

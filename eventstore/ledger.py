@@ -37,13 +37,13 @@ from .export import Imported, export_log
 from .frame import GENESIS_DIGEST
 from .generation import (
     ANCHOR_ENTRY,
-    MARKERS,
     RawRows,
     Written,
     anchor_digest,
     anchors_name,
     build_anchors,
     chain,
+    is_marker,
     marker_row,
     open_for_seal,
     read_anchors,
@@ -508,7 +508,7 @@ class Ledger:
                 new_seq: dict[int, int] = {}
                 for b in found.batches:
                     kept = [(b.first_seq + i, r) for i, r in enumerate(b.rows)
-                            if not _is_marker(r)]
+                            if not is_marker(r)]
                     for s, _r in kept:
                         new_seq[s] = base + 1 + len(new_seq)
                     if kept:
@@ -694,10 +694,3 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({str(self.log_dir)!r}, head={self._tip.head})"
 
-
-def _is_marker(row: bytes) -> bool:
-    """Is ``row`` (a checked event's stored CBOR ``[kind, key, data]``) a generation
-    marker (``ledger.compacted``/``ledger.salvaged``)? A kind shorter than 24 characters
-    starts at byte 2 (after the array's and the text's one-byte heads), so the bytes
-    there tell most rows apart without decoding them."""
-    return row[2:9] == b"ledger." and cbor2.loads(row)[0] in MARKERS

@@ -747,10 +747,10 @@ def test_segment_content_leaves_out_the_preallocated_zeros(tmp_path: Path) -> No
 
 def test_only_a_generation_markers_row_is_a_marker() -> None:
     from eventstore.frame import encode_row
-    from eventstore.ledger import _is_marker
+    from eventstore.generation import is_marker
 
     def marker(kind: str) -> bool:
-        return _is_marker(encode_row([kind, None, {"lost": []}]))
+        return is_marker(encode_row([kind, None, {"lost": []}]))
 
     assert marker("ledger.compacted") and marker("ledger.salvaged")
     assert not marker("ledger.compacte") and not marker("ledger.other")
