@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,21 @@ def ev(i: int) -> Event:
 
 def open_log(path: Path) -> Ledger:
     return Ledger.open(path, sync="none", segment_bytes=ROLL)
+
+
+@contextmanager
+def written_and_seen(tmp_path: Path) -> Iterator[tuple[Ledger, Ledger]]:
+    """Two handles: ``a`` appended frames 1 to 3, ``b`` saw them; both closed after."""
+    a = open_log(tmp_path)
+    b = open_log(tmp_path)
+    try:
+        for i in range(1, 4):
+            a.append([ev(i)])
+        assert b.head == 3
+        yield a, b
+    finally:
+        a.close()
+        b.close()
 
 
 def fill_first_segment(log: Ledger) -> int:
@@ -194,21 +210,13 @@ def test_a_compaction_at_the_head_is_followed_without_a_reload(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A generation that starts at the handle's head + 1 and chains to its digest (what
     compaction writes) is followed like a roll; only one that does not is read afresh."""
-    a = open_log(tmp_path)
-    b = open_log(tmp_path)
-    try:
-        for i in range(1, 4):
-            a.append([ev(i)])
-        assert b.head == 3
+    with written_and_seen(tmp_path) as (a, b):
         reloads = spy_on_tip(monkeypatch, "reload")
         gen = a.start_generation(3, {}, [], at=1.0).base
         # b meets the seal compaction left after its last frame, and looks
         assert (b.head, b.base) == (a.head, gen) and reloads == []
         a.append([ev(5)])
         assert b.head == 5 and [e.seq for e in b.read(4)] == [4, 5]
-    finally:
-        a.close()
-        b.close()
 
 
 def test_a_failed_read_of_the_active_segment_names_it(
@@ -269,21 +277,13 @@ def test_a_new_generation_at_the_head_that_does_not_chain_is_read_afresh(
     compaction's) is not followed like a roll: the handle opens it afresh, taking the
     digest its header says."""
     monkeypatch.setattr(tip_mod, "GEN_CHECK_INTERVAL", 0.0)  # look at every refresh
-    a = open_log(tmp_path)
-    b = open_log(tmp_path)
-    try:
-        for i in range(1, 4):
-            a.append([ev(i)])
-        assert b.head == 3
+    with written_and_seen(tmp_path) as (a, b):
         other = bytes(range(32))
         (tmp_path / segment_name(4)).write_bytes(
             encode_segment_header(4, other, ROLL, generation_start=True))
         reloads = spy_on_tip(monkeypatch, "reload")
         assert (b.head, b.base, b.head_digest) == (3, 4, other)
         assert reloads == [3]
-    finally:
-        a.close()
-        b.close()
 
 
 def first_segments(tmp_path: Path, which: str) -> dict[str, bytes]:

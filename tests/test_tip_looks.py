@@ -195,14 +195,20 @@ def test_after_a_walk_again_a_look_checks_the_last_frame(tmp_path: Path, looks: 
         assert looks.preads[:2] == last_frame_reads(r, r._tip.end - before)
 
 
-def damage_frame_2(tmp_path: Path, w: Ledger, r: Ledger) -> tuple[Path, int, bytes]:
-    """``w`` appends frame 1, ``r`` adopts it, ``w`` appends frames 2 and 3, and a
-    payload byte of frame 2 is flipped: (the segment, where frame 2 starts, its bytes
-    before the damage)."""
+def frame_2_past_the_follower(w: Ledger, r: Ledger) -> int:
+    """``w`` appends frame 1, ``r`` adopts it, ``w`` appends frame 2: where frame 2
+    starts (the end ``r`` knows)."""
     w.append([ev(1)])
     assert r.head == 1
     end = r._tip.end
     w.append([ev(2)])
+    return end
+
+
+def damage_frame_2(tmp_path: Path, w: Ledger, r: Ledger) -> tuple[Path, int, bytes]:
+    """:func:`frame_2_past_the_follower`, then frame 3, and a payload byte of frame 2
+    flipped: (the segment, where frame 2 starts, its bytes before the damage)."""
+    end = frame_2_past_the_follower(w, r)
     w.append([ev(3)])
     seg = tmp_path / segment_name(1)
     good = seg.read_bytes()
@@ -301,10 +307,7 @@ def test_a_failed_stat_or_read_in_a_look_names_the_segment(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str) -> None:
     with Ledger.open(tmp_path, sync="none") as w, \
             Ledger.open(tmp_path, readonly=True) as r:
-        w.append([ev(1)])
-        assert r.head == 1
-        end = r._tip.end
-        w.append([ev(2)])
+        end = frame_2_past_the_follower(w, r)
         if what == "the stat":
             failing_when(monkeypatch, os, "fstat", is_segment)
         else:
@@ -382,10 +385,7 @@ def test_a_torn_tail_found_by_a_follower_is_placed_in_the_segment(tmp_path: Path
     follower's read began."""
     with Ledger.open(tmp_path, sync="none") as w, \
             Ledger.open(tmp_path, readonly=True) as r:
-        w.append([ev(1)])
-        assert r.head == 1
-        end = r._tip.end
-        w.append([ev(2)])
+        end = frame_2_past_the_follower(w, r)
         os.truncate(tmp_path / segment_name(1), end + 20)  # frame 2 cut short
         assert r.head == 1
         assert r._tip.torn is not None and r._tip.torn[0] == end
